@@ -1,0 +1,119 @@
+"""Suite-wide options, hypothesis profiles, markers, fixtures and reports.
+
+Options: ``--subject`` (built-in name or ``module:attribute``), ``--device``
+(auto, cpu, cuda), ``--strict-gating`` and ``--require CAP``.  See README.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fixtures.devices import DEVICE_CHOICES, configure_triton_interpreter
+
+# Must run before anything imports triton.
+_DEVICE_GUESS = configure_triton_interpreter()
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from fixtures.devices import resolve_device  # noqa: E402
+from fixtures.reporting import VerificationReport  # noqa: E402
+from fixtures.subjects import (  # noqa: E402
+    CAPABILITIES,
+    SubjectError,
+    load_subject,
+    missing_capabilities,
+)
+
+# ----- hypothesis profiles ---------------------------------------------------
+_COMMON = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=40, deadline=None, **_COMMON)
+settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None, print_blob=True, **_COMMON)
+settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+# Directories whose tests check the suite itself rather than a subject.
+SELFTEST_DIRS = ("oracles", "contracts", "selfvalidation")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("sparse-mla", "sparse MLA decode verification")
+    group.addoption(
+        "--subject",
+        default="reference",
+        help="implementation under test: a built-in name (reference) or module:attribute",
+    )
+    group.addoption(
+        "--device",
+        default="auto",
+        choices=DEVICE_CHOICES,
+        help="auto: cuda when a GPU is present (ROCm included), else cpu with the Triton interpreter",
+    )
+    group.addoption(
+        "--strict-gating",
+        action="store_true",
+        default=bool(os.environ.get("SPARSE_MLA_STRICT")),
+        help="pre-merge gating: anything requested but unavailable is an error, never a skip",
+    )
+    group.addoption(
+        "--require",
+        action="append",
+        default=[],
+        metavar="CAP",
+        help=f"capability the subject must have (repeatable); one of {sorted(CAPABILITIES)}",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(*caps): property needs these subject capabilities")
+    try:
+        device = resolve_device(config.getoption("--device"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda was requested but torch sees no GPU (CUDA or ROCm)")
+    try:
+        subject = load_subject(config.getoption("--subject"))
+    except SubjectError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    unknown = sorted(set(config.getoption("--require")) - CAPABILITIES)
+    if unknown:
+        raise pytest.UsageError(f"--require: unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
+    missing = missing_capabilities(subject, *config.getoption("--require"))
+    if missing:
+        raise pytest.UsageError(f"subject {subject.name!r} lacks required capabilities {missing}")
+    config._sparse_mla = {"device": device, "subject": subject}
+    config.pluginmanager.register(VerificationReport(config), "sparse-mla-report")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.relative_to(config.rootpath).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in SELFTEST_DIRS:
+            item.add_marker(pytest.mark.selftest)
+        elif parts and parts[0] == "tests" and "benchmarks" not in parts:
+            item.add_marker(pytest.mark.verification)
+
+
+def pytest_runtest_setup(item):
+    state = item.config._sparse_mla
+    if item.get_closest_marker("gpu") and state["device"] != "cuda":
+        pytest.skip("needs a GPU (CUDA or ROCm); this run's device is cpu")
+    marker = item.get_closest_marker("needs")
+    if marker:
+        missing = missing_capabilities(state["subject"], *marker.args)
+        if missing:
+            pytest.skip(f"not applicable: subject {state['subject'].name!r} lacks {', '.join(missing)}")
+
+
+# ----- fixtures ----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def device(pytestconfig) -> torch.device:
+    """The device under test: one test body serves CPU and GPU."""
+    return torch.device(pytestconfig._sparse_mla["device"])
+
+
+@pytest.fixture(scope="session")
+def subject(pytestconfig):
+    return pytestconfig._sparse_mla["subject"]

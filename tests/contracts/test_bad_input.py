@@ -1,0 +1,142 @@
+"""Bad input to the suite gets a clear error that names the problem."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures.batches import Batch, InvalidBatch, make_batch, validate_batch
+from fixtures.strategies import cases
+from fixtures.subjects import SubjectError, load_subject
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def raw_batch(**fields):
+    base = dict(
+        query_start_loc=np.array([0, 1, 2], np.int32),
+        seq_lens=np.array([5, 6], np.int32),
+        seq_lens_cpu_upper_bound=np.array([5, 6], np.int32),
+        num_decodes=2,
+        num_decode_tokens=2,
+        num_prefills=0,
+        max_query_len=1,
+    )
+    base.update(fields)
+    return Batch(**base)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"seq_lens": np.array([5, 0], np.int64)}, "seq_lens must be a 1-D numpy int32"),
+        ({"query_start_loc": np.array([0, 1, 2], np.int64)}, "query_start_loc must be a 1-D numpy int32"),
+        ({"query_start_loc": np.array([1, 1, 2], np.int32)}, "query_start_loc must start at 0"),
+        ({"query_start_loc": np.array([0, 2, 1], np.int32)}, "query_start_loc is not monotonic"),
+        ({"query_start_loc": np.array([0, 1], np.int32)}, "query_start_loc has 2 entries"),
+        ({"query_start_loc": np.array([0, 1, 9], np.int32), "max_query_len": 8}, "exceeds max_num_batched_tokens"),
+        ({"query_start_loc": np.array([0, 1, 8], np.int32), "max_query_len": 7}, "seq_lens < query_len"),
+        ({"seq_lens_cpu_upper_bound": np.array([5, 5], np.int32)}, "below seq_lens"),
+        ({"seq_lens_cpu_upper_bound": np.array([5, 6], np.int64)}, "seq_lens_cpu_upper_bound must be int32"),
+        ({"num_prefills": 1}, "num_decodes (2) + num_prefills (1) != num_reqs (2)"),
+        ({"num_decode_tokens": 3}, "num_decode_tokens 3 outside"),
+        ({"query_start_loc": np.array([0, 1, 3], np.int32)}, "max_query_len 1 is below the longest query 2"),
+    ],
+)
+def test_validator_names_the_field(fields, message):
+    with pytest.raises(InvalidBatch) as info:
+        validate_batch(raw_batch(**fields), 8)
+    assert message in str(info.value)
+
+
+def test_valid_batch_passes_and_padding_may_be_shorter_than_query():
+    validate_batch(raw_batch(), 2)
+    validate_batch(make_batch([3], [0], decode_threshold=3), 3)
+
+
+def test_make_batch_rejects_bad_lists():
+    with pytest.raises(InvalidBatch, match="query_lens has 2 requests but seq_lens has 1"):
+        make_batch([1, 1], [4])
+    with pytest.raises(InvalidBatch, match="seq_lens has a negative entry"):
+        make_batch([1], [-1])
+    with pytest.raises(InvalidBatch, match="above int32 max"):
+        make_batch([1], [2**31])
+
+
+def test_batch_repr_rebuilds_the_batch():
+    batch = make_batch([1, 3], [4, 9], upper_bound=[5, 9], max_query_len=4)
+    rebuilt = eval(repr(batch), {"make_batch": make_batch})
+    assert rebuilt == batch
+    assert rebuilt.seq_lens_cpu_upper_bound.tolist() == [5, 9]
+
+
+def test_strategies_only_make_valid_batches():
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, database=None)
+    @given(case=cases())
+    def check(case):
+        validate_batch(case.batch, case.max_num_batched_tokens)
+        assert case.batch.num_actual_tokens <= case.max_num_batched_tokens
+
+    check()
+
+
+def test_unknown_subject_lists_the_known_ones():
+    with pytest.raises(SubjectError, match=r"unknown subject 'nope'; known subjects: .*reference"):
+        load_subject("nope")
+
+
+def test_external_subject_errors_name_the_problem():
+    with pytest.raises(SubjectError, match="cannot import module 'no_such_module_x'"):
+        load_subject("no_such_module_x:thing")
+    with pytest.raises(SubjectError, match="has no attribute 'missing'"):
+        load_subject("fixtures.mutants:missing")
+    with pytest.raises(SubjectError, match="missing name, capabilities, make_builder"):
+        load_subject("fixtures.batches:InvalidBatch")
+
+
+def test_external_subject_with_unknown_capability():
+    with pytest.raises(SubjectError, match="unknown capabilities"):
+        from fixtures.subjects import check_subject
+
+        class Odd:
+            name = "odd"
+            capabilities = frozenset({"teleport"})
+
+            def make_builder(self, config): ...
+
+            def sparse_seqlen(self, batch, topk, out): ...
+
+        check_subject(Odd(), "odd")
+
+
+def run_pytest(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_rejects_unknown_subject():
+    proc = run_pytest("--subject=nope", "tests/oracles")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "unknown subject 'nope'; known subjects: reference" in proc.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised where no GPU exists")
+def test_cli_rejects_cuda_without_gpu():
+    proc = run_pytest("--device=cuda", "tests/oracles")
+    assert proc.returncode == 4
+    assert "--device cuda was requested but torch sees no GPU" in proc.stderr
+
+
+def test_cli_rejects_missing_required_capability():
+    proc = run_pytest("--require=teleport", "tests/oracles")
+    assert proc.returncode == 4
+    assert "unknown capabilities ['teleport']" in proc.stderr

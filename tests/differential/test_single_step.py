@@ -1,0 +1,132 @@
+"""Differential properties of one build step: subject vs oracle, host vs device path.
+
+Every step runs through ``fixtures.harness.run_step``, which also checks the
+sentinel guard band past each persistent buffer (out-of-bounds writes fail).
+On CPU, ``pin_memory=True`` stands in for pinned memory (CPU torch has none):
+the host path runs its real numpy code and its upload is a synchronous copy.
+"""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, note
+
+from fixtures.batches import make_batch
+from fixtures.harness import assert_int32_equal, count_triton_launches, new_config, run_step
+from fixtures.oracle_views import (
+    expected_fresh_req_ids,
+    expected_indptr,
+    expected_path,
+    expected_seqlens,
+)
+from fixtures.runtime import GuardedAllocator
+from fixtures.strategies import BATCH_KINDS, Case, cases
+from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths
+from oracles import metadata as oracle
+
+CHANGE_SEQ_LENS = [1, 5, 63, 64, 65, 2047, 2048, 2049, 131072]
+INT32_MAX = 2**31 - 1
+
+
+def decode_case(seq_lens, topk, m=None, **kw):
+    batch = make_batch([1] * len(seq_lens), seq_lens, **kw)
+    return Case("pure_decode", topk, m or max(len(seq_lens), 1) + 3, batch)
+
+
+# The change's own case, the kernel block boundary, padding and the int32 limit.
+PINNED = [
+    decode_case(CHANGE_SEQ_LENS, 2048),
+    decode_case(CHANGE_SEQ_LENS, 64),
+    decode_case([], 5, m=1),
+    decode_case([7], 1, m=1),
+    decode_case([INT32_MAX, 0, 1], 4096),
+    Case("mixed", 64, 80, make_batch([1, 70], [10, 100])),
+    Case("prefill", 3, 130, make_batch([129], [129])),
+    Case("padded", 9, 6, make_batch([1, 1, 1], [0, 9, 0])),
+    Case("multi_token_decode", 5, 8, make_batch([3, 1, 2], [3, 9, 40], decode_threshold=3), True),
+    Case("multi_token_decode", 5, 8, make_batch([3, 2], [0, 6], decode_threshold=3), True),
+]
+
+
+def with_examples(cases_):
+    def deco(fn):
+        for c in reversed(cases_):
+            fn = example(case=c)(fn)
+        return fn
+
+    return deco
+
+
+@pytest.mark.needs(DEVICE_KERNEL)
+@given(case=cases(kinds=BATCH_KINDS))
+@with_examples(PINNED)
+def test_device_kernel_matches_oracle(subject, device, case):
+    """Property 1: the device seqlen kernel equals the oracle on every batch kind."""
+    batch = case.batch
+    n = batch.num_actual_tokens
+    alloc = GuardedAllocator(device)
+    out = alloc.zeros("sparse_seqlen_out", n, torch.int32)
+    with count_triton_launches() as launches:
+        subject.sparse_seqlen(batch, case.topk, out)
+    note(f"launches: {dict(launches)}")
+    alloc.check()
+    assert_int32_equal(out, expected_seqlens(batch, case.topk), "sparse seqlen per token")
+    if n > 0:
+        assert launches, "no Triton kernel was launched (is triton a placeholder?)"
+
+
+@pytest.mark.needs(HOST_PATH, DEVICE_PATH)
+@given(case=cases(kinds=("pure_decode", "padded")))
+@with_examples([c for c in PINNED if c.kind in ("pure_decode", "padded")])
+def test_host_path_equals_device_path_and_oracle(subject, device, case):
+    """Property 2: on pure-decode batches the host path, the device path and the
+    oracle agree bit for bit over the whole M + 1 indptr buffer, tail included."""
+    batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
+    expected = expected_indptr(batch, topk, m)
+    host_bound = oracle.host_decode_indptr(batch.seq_lens_cpu_upper_bound, topk, m + 1)
+    assert_int32_equal(host_bound, expected, "oracle self-check: host formula vs per-token oracle")
+
+    results = {}
+    for pin_memory in (True, False):
+        config = new_config(device, m, topk, pin_memory=pin_memory)
+        builder = subject.make_builder(config)
+        step = run_step(builder, batch, config)
+        path = expected_path(batch, speculative=False, pin_memory=pin_memory)
+        assert step.result.path == path, f"pin_memory={pin_memory}: took {step.result.path} path, oracle says {path}"
+        whole = builder.buffers()["paged_kv_indptr"]
+        assert_int32_equal(whole, expected, f"paged_kv_indptr[0:{m + 1}] on the {path} path")
+        assert_int32_equal(step.result.paged_kv_indptr, expected[: batch.num_actual_tokens + 1], "step's indptr view")
+        results[path] = whole.cpu().clone()
+    if batch.max_query_len == 1:
+        assert set(results) == {"host", "device"}
+        assert torch.equal(results["host"], results["device"])
+
+
+@pytest.mark.needs(DEVICE_PATH)
+@given(case=cases(kinds=BATCH_KINDS))
+@with_examples(PINNED)
+def test_step_metadata_matches_oracle(subject, device, case):
+    """Property 3 (and the rest of a step): req_id_per_token, qo_indptr,
+    paged_kv_last_page_len and paged_kv_indptr of a fresh builder equal the
+    oracle over their whole persistent buffers; the path taken is the one the
+    legality predicate allows."""
+    batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
+    n = batch.num_actual_tokens
+    pin = HOST_PATH in subject.capabilities
+    config = new_config(device, m, topk, speculative=case.speculative, pin_memory=pin)
+    builder = subject.make_builder(config)
+    step = run_step(builder, batch, config)
+    path = expected_path(batch, speculative=case.speculative, pin_memory=pin)
+    assert step.result.path == path, f"took the {step.result.path} path; the oracle says {path}"
+    buffers = builder.buffers()
+    lengths = buffer_lengths(m)
+    assert {k: buffers[k].numel() for k in lengths} == lengths, "persistent buffer lengths"
+    assert_int32_equal(buffers["req_id_per_token"], expected_fresh_req_ids(batch, m), "req_id_per_token buffer")
+    assert_int32_equal(
+        step.result.req_id_per_token, oracle.req_id_per_token(batch.query_start_loc), "step req_id_per_token"
+    )
+    assert_int32_equal(buffers["paged_kv_indptr"], expected_indptr(batch, topk, m), "paged_kv_indptr buffer")
+    assert_int32_equal(step.result.qo_indptr, oracle.qo_indptr(n), "qo_indptr")
+    assert_int32_equal(step.result.paged_kv_last_page_len, oracle.paged_kv_last_page_len(n), "paged_kv_last_page_len")
+    assert_int32_equal(buffers["qo_indptr"], oracle.qo_indptr(m), "qo_indptr buffer")
+    assert_int32_equal(buffers["paged_kv_last_page_len"], np.ones(m, np.int32), "paged_kv_last_page_len buffer")

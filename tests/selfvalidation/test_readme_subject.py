@@ -1,0 +1,24 @@
+"""The minimal external subject printed in the README works as documented."""
+
+import re
+import shutil
+from pathlib import Path
+
+from tests.selfvalidation.test_broken_subjects_fail import ROOT, run_suite
+
+
+def test_readme_minimal_subject_runs_and_passes(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "class MinimalSubject" in b)
+    module = ROOT / "_readme_subject_tmp.py"
+    module.write_text(block)
+    try:
+        proc = run_suite("_readme_subject_tmp:MinimalSubject", "tests/differential")
+    finally:
+        module.unlink()
+        shutil.rmtree(ROOT / "__pycache__", ignore_errors=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "test_step_metadata_matches_oracle  [1 passed]" in out, out[-3000:]
+    assert "subject 'minimal' lacks device_kernel" in out
+    assert "subject 'minimal' lacks host_path" in out
