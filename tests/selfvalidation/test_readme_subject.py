@@ -2,7 +2,6 @@
 
 import re
 import shutil
-from pathlib import Path
 
 from tests.selfvalidation.test_broken_subjects_fail import ROOT, run_suite
 
