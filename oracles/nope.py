@@ -1,0 +1,139 @@
+"""Oracles for the NoPE zero-copy query (BRIEF section 1d), in plain torch.
+
+* :func:`expected_forward_path`: which branch ``forward_mqa`` must take.
+* :func:`is_contiguous`: row-major contiguity from sizes and strides alone,
+  written out here rather than taken from the tensor under test.
+* :func:`assemble_query`: the query the copy path builds (concatenation into
+  the model dtype).
+* :func:`quantize_fp8_query`: the query the fp8 branch builds.
+* :func:`sparse_mla_forward`: the sparse MLA attention over ragged KV slot
+  indices, fp32 accumulation, ``v`` the first ``kv_lora_rank`` columns.
+* :data:`FORWARD_TOLERANCES`: the one table of output tolerances, per dtype.
+
+No device code: everything runs in torch on whatever device the tensors are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Row-major contiguity: every dimension of size > 1 has the stride of a dense layout.
+
+    An empty tensor is contiguous; dimensions of size 1 may have any stride
+    (torch's rule too: such a tensor's elements still lie densely in order).
+    """
+    if any(s == 0 for s in sizes):
+        return True
+    expected = 1
+    for size, stride in zip(reversed(list(sizes)), reversed(list(strides)), strict=True):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def expected_forward_path(
+    *,
+    qk_rope_head_dim: int,
+    ql_sizes: Sequence[int],
+    ql_strides: Sequence[int],
+    ql_dtype: torch.dtype,
+    buffer_dtype: torch.dtype,
+    fp8_cache: bool,
+    has_zero_copy: bool = True,
+) -> str:
+    """``"fp8"``, ``"zero_copy"`` or ``"copy"``: the branch ``forward_mqa`` must take.
+
+    fp8 caches take the fused concat-and-quantise branch before either other.
+    Zero-copy exactly when the rope dim is 0, ``ql_nope`` is contiguous and its
+    dtype is the buffer's (and the implementation has the zero-copy path).
+    """
+    if fp8_cache:
+        return "fp8"
+    if has_zero_copy and qk_rope_head_dim == 0 and is_contiguous(ql_sizes, ql_strides) and ql_dtype == buffer_dtype:
+        return "zero_copy"
+    return "copy"
+
+
+def assemble_query(ql_nope: torch.Tensor, q_pe: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
+    """The copy path's query: ``[ql_nope | q_pe]`` along the last dim, in the model dtype."""
+    t, h, lora = ql_nope.shape
+    rope = q_pe.shape[-1]
+    out = torch.empty((t, h, lora + rope), dtype=model_dtype, device=ql_nope.device)
+    out[..., :lora] = ql_nope.to(model_dtype)
+    out[..., lora:] = q_pe.to(model_dtype)
+    return out
+
+
+def fp8_max(fp8_dtype: torch.dtype) -> float:
+    return float(torch.finfo(fp8_dtype).max)
+
+
+def quantize_fp8_query(
+    ql_nope: torch.Tensor, q_pe: torch.Tensor, q_scale: float, fp8_dtype: torch.dtype
+) -> torch.Tensor:
+    """The fp8 branch's query: ``[ql_nope | q_pe] / q_scale``, saturated, cast to fp8."""
+    full = torch.cat((ql_nope.float(), q_pe.float()), dim=-1) / q_scale
+    limit = fp8_max(fp8_dtype)
+    return full.clamp(-limit, limit).to(fp8_dtype)
+
+
+def sparse_mla_forward(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    paged_kv_indptr: torch.Tensor,
+    paged_kv_indices: torch.Tensor,
+    *,
+    num_actual_tokens: int,
+    scale: float,
+    kv_lora_rank: int,
+    out_dtype: torch.dtype,
+    q_scale: float = 1.0,
+    kv_scale: float = 1.0,
+) -> torch.Tensor:
+    """Sparse MLA (MQA over one latent head): ``softmax(q . k * scale) . v`` per token and head.
+
+    ``q [T, H, D]``; ``kv_cache [slots, 1, D]`` with ``D = kv_lora_rank + rope``;
+    token ``t < num_actual_tokens`` attends the slots
+    ``paged_kv_indices[indptr[t] : indptr[t+1]]``; ``k`` is a slot's whole row,
+    ``v`` its first ``kv_lora_rank`` columns.  fp8 inputs are dequantised by
+    ``q_scale`` / ``kv_scale``.  Accumulates in fp32; a token with no keys, and
+    every row past ``num_actual_tokens``, gives zeros.  Returns
+    ``[T, H, kv_lora_rank]`` in ``out_dtype``.
+    """
+    t, h, d = q.shape
+    if kv_cache.shape[1:] != (1, d):
+        raise ValueError(f"kv_cache shape {tuple(kv_cache.shape)} does not match head size {d}")
+    qf = q.float() * (q_scale if q.element_size() == 1 else 1.0)
+    kv = kv_cache[:, 0, :].float() * (kv_scale if kv_cache.element_size() == 1 else 1.0)
+    indptr = paged_kv_indptr.cpu().tolist()
+    indices = paged_kv_indices.long()
+    out = torch.zeros((t, h, kv_lora_rank), dtype=torch.float32, device=q.device)
+    for tok in range(num_actual_tokens):
+        lo, hi = indptr[tok], indptr[tok + 1]
+        if hi <= lo:
+            continue
+        keys = kv[indices[lo:hi]]  # [n, D]
+        scores = (qf[tok] @ keys.T) * scale  # [H, n]
+        out[tok] = torch.softmax(scores, dim=-1) @ keys[:, :kv_lora_rank]
+    return out.to(out_dtype)
+
+
+# (atol, rtol) for a forward's output against sparse_mla_forward, by the dtype
+# the attention computes in: the model dtype, or "fp8" for the fp8 branch
+# (query and cache quantised identically on both sides; the rest is summation
+# order and the output's rounding).
+FORWARD_TOLERANCES: dict = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+    "fp8": (6e-2, 6e-2),
+}
+
+
+def forward_tolerance(model_dtype: torch.dtype, fp8: bool) -> tuple[float, float]:
+    return FORWARD_TOLERANCES["fp8" if fp8 else model_dtype]
