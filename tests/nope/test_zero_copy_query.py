@@ -159,21 +159,15 @@ def other_path_twin(path: str, values: torch.Tensor, model_dtype: torch.dtype) -
     return values.to(model_dtype).contiguous().clone()
 
 
+def pinned(fn):
+    """Every PINNED case as an ``@example``."""
+    for c in reversed(PINNED):
+        fn = example(c=c)(fn)
+    return fn
+
+
 @pytest.mark.needs(NOPE_FORWARD)
-@example(c=PINNED[0])
-@example(c=PINNED[1])
-@example(c=PINNED[2])
-@example(c=PINNED[3])
-@example(c=PINNED[4])
-@example(c=PINNED[5])
-@example(c=PINNED[6])
-@example(c=PINNED[7])
-@example(c=PINNED[8])
-@example(c=PINNED[9])
-@example(c=PINNED[10])
-@example(c=PINNED[11])
-@example(c=PINNED[12])
-@example(c=PINNED[-1])
+@pinned
 @given(c=forward_cases())
 def test_forward_query_paths(c, subject, device):
     """Properties 1-6 on one forward_mqa call and its other-path twin (reference forward stands in on CPU)."""
