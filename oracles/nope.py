@@ -110,16 +110,28 @@ def sparse_mla_forward(
         raise ValueError(f"kv_cache shape {tuple(kv_cache.shape)} does not match head size {d}")
     qf = q.float() * (q_scale if q.element_size() == 1 else 1.0)
     kv = kv_cache[:, 0, :].float() * (kv_scale if kv_cache.element_size() == 1 else 1.0)
-    indptr = paged_kv_indptr.cpu().tolist()
-    indices = paged_kv_indices.long()
+    n = num_actual_tokens
     out = torch.zeros((t, h, kv_lora_rank), dtype=torch.float32, device=q.device)
-    for tok in range(num_actual_tokens):
-        lo, hi = indptr[tok], indptr[tok + 1]
-        if hi <= lo:
-            continue
-        keys = kv[indices[lo:hi]]  # [n, D]
-        scores = (qf[tok] @ keys.T) * scale  # [H, n]
-        out[tok] = torch.softmax(scores, dim=-1) @ keys[:, :kv_lora_rank]
+    # Token i's keys, padded to the longest: slot j < lens[i] is
+    # paged_kv_indices[indptr[i] + j]; padding slots are masked out.
+    starts = paged_kv_indptr[:n].long()
+    lens = paged_kv_indptr[1 : n + 1].long() - starts
+    width = int(lens.max()) if n else 0
+    if width == 0:
+        return out.to(out_dtype)
+    j = torch.arange(width, device=q.device)
+    valid = j[None, :] < lens[:, None]  # [n, width]
+    pos = torch.where(valid, starts[:, None] + j[None, :], 0)
+    keys = kv[paged_kv_indices.long()[pos]]  # [n, width, D]
+    # Plain products and sums (no bmm or softmax kernels: on tensors this small
+    # their CPU thread pool costs far more than the arithmetic).
+    scores = (qf[:n, :, None, :] * keys[:, None, :, :]).sum(-1) * scale  # [n, H, width]
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    row_max = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)  # -inf rows: no keys
+    weights = (scores - row_max).exp()  # exp(-inf) = 0 for the padding slots
+    total = weights.sum(-1, keepdim=True)
+    p = weights / torch.where(total > 0, total, 1.0)  # a token without keys gets weights 0
+    out[:n] = (p[..., None] * keys[:, None, :, :kv_lora_rank]).sum(2)  # [n, H, kv_lora_rank]
     return out.to(out_dtype)
 
 
