@@ -26,7 +26,7 @@ import torch
 from hypothesis import event, example, given, note
 
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
-from fixtures.nope_harness import ForwardRun, is_sentinel, new_forward, run_forward
+from fixtures.nope_harness import ForwardRun, is_sentinel, new_forward, run_forward, storage_bytes
 from fixtures.subjects import NOPE_FORWARD, NOPE_ZERO_COPY
 from oracles import nope as oracle
 
@@ -125,8 +125,6 @@ def check_query_handed_down(c, forward, ql, run: ForwardRun, path: str, query: t
 
 
 def check_inputs_unchanged(ql, q_pe, run: ForwardRun) -> None:  # property 5
-    from fixtures.nope_harness import storage_bytes
-
     changed = (storage_bytes(ql) != run.ql_before).nonzero()
     assert not len(changed), f"forward wrote into ql_nope's storage (first byte {int(changed[0])})"
     assert torch.equal(storage_bytes(q_pe), run.q_pe_before), "forward wrote into q_pe's storage"
