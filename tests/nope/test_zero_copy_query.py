@@ -45,6 +45,8 @@ PINNED = [
     case(4, 4, 128, 512, BF16, BF16),
     case(4, 3, 128, 512, BF16, BF16, layout="bmm_transposed", seed=1),
     case(3, 0, 16, 8, BF16, BF16),
+    case(1, 0, 16, 512, BF16, FP16),  # empty copy path: the empty query's data_ptr is 0
+    case(3, 0, 16, 8, BF16, BF16, layout="expand_tokens"),  # nothing to expand from
     case(1, 1, 1, 4, FP16, FP16, layout="lora_slice"),
     case(5, 5, 3, 8, BF16, BF16, num_actual_tokens=2, layout="row_slice", offset=7),
     case(6, 2, 5, 3, FP16, FP16, layout="contiguous", offset=1),
