@@ -29,12 +29,15 @@ if ! command -v "$PY" >/dev/null 2>&1; then
     echo "gpu_check: interpreter '$PY' not found (set PYTHON to the one with the runner's torch)" >&2
     exit 2
 fi
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+# One interpreter start answers both questions (importing torch is the slow part).
+if ! probe=$("$PY" -c "import torch; print(int(torch.cuda.is_available()), torch.__version__)" 2>&1); then
     echo "gpu_check: '$PY' cannot import torch; set PYTHON to the interpreter that has the runner's torch" >&2
+    echo "  ${probe##*$'\n'}" >&2
     exit 2
 fi
-if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
-    echo "gpu_check: no GPU: torch ($("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)) sees no CUDA or ROCm device; nothing to check here" >&2
+probe=${probe##*$'\n'}
+if [[ ${probe%% *} != 1 ]]; then
+    echo "gpu_check: no GPU: torch ${probe#* } sees no CUDA or ROCm device; nothing to check here" >&2
     exit 3
 fi
 missing=$("$PY" - <<'EOF'
