@@ -103,6 +103,8 @@ def test_requested_but_missing_stops_the_run(probe, tmp_path):
         proc, _ = run_probe(probe, tmp_path, "--device=cuda")
         assert proc.returncode == 4 and "sees no GPU" in proc.stderr, proc.stderr[-2000:]
     missing = [name for name in ("vllm", "aiter") if importlib.util.find_spec(name) is None]
-    for name in missing:
-        proc, _ = run_probe(probe, tmp_path, "--device=cpu", f"--expect={name}")
-        assert proc.returncode == 4 and f"{name}:" in proc.stderr, proc.stderr[-2000:]
+    if missing:
+        proc, _ = run_probe(probe, tmp_path, "--device=cpu", *(f"--expect={name}" for name in missing))
+        assert proc.returncode == 4, proc.stderr[-2000:]
+        for name in missing:
+            assert f"  {name}: " in proc.stderr, proc.stderr[-2000:]
