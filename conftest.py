@@ -1,7 +1,8 @@
 """Suite-wide options, hypothesis profiles, markers, fixtures and reports.
 
 Options: ``--subject`` (built-in name or ``module:attribute``), ``--device``
-(auto, cpu, cuda), ``--strict-gating`` and ``--require CAP``.  See README.
+(auto, cpu, cuda), ``--strict-gating``, ``--require CAP`` and ``--expect PART``.
+See README; the strict gating rule is in ``fixtures/gating.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+from fixtures import stack  # noqa: E402
 from fixtures.devices import resolve_device  # noqa: E402
+from fixtures.gating import (  # noqa: E402
+    NOT_APPLICABLE,
+    StrictGating,
+    benchmark_skip_reason,
+    gpu_skip_reason,
+)
 from fixtures.reporting import VerificationReport  # noqa: E402
 from fixtures.subjects import (  # noqa: E402
     CAPABILITIES,
@@ -63,6 +71,14 @@ def pytest_addoption(parser):
         metavar="CAP",
         help=f"capability the subject must have (repeatable); one of {sorted(CAPABILITIES)}",
     )
+    group.addoption(
+        "--expect",
+        action="append",
+        default=[],
+        choices=stack.EXPECTABLE,
+        metavar="PART",
+        help=f"part of the machine's stack that must be present, else the run stops (repeatable): {stack.EXPECTABLE}",
+    )
 
 
 def pytest_configure(config):
@@ -84,7 +100,16 @@ def pytest_configure(config):
     if missing:
         raise pytest.UsageError(f"subject {subject.name!r} lacks required capabilities {missing}")
     config._sparse_mla = {"device": device, "subject": subject}
+    _check_expected_stack(config)
     config.pluginmanager.register(VerificationReport(config), "sparse-mla-report")
+    if config.getoption("--strict-gating"):
+        config.pluginmanager.register(StrictGating(), "sparse-mla-strict-gating")
+
+
+def _check_expected_stack(config):
+    problems = stack.unmet(config.getoption("--expect"))
+    if problems:
+        raise pytest.UsageError("--expect: missing from this machine's stack:\n  " + "\n  ".join(problems))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -94,17 +119,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.selftest)
         elif parts and parts[0] == "tests" and "benchmarks" not in parts:
             item.add_marker(pytest.mark.verification)
+        if "benchmarks" in parts or "benchmark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.bench)
 
 
 def pytest_runtest_setup(item):
     state = item.config._sparse_mla
+    if item.get_closest_marker("bench"):
+        reason = benchmark_skip_reason(item.config)
+        if reason:
+            pytest.skip(reason)
     if item.get_closest_marker("gpu") and state["device"] != "cuda":
-        pytest.skip("needs a GPU (CUDA or ROCm); this run's device is cpu")
+        pytest.skip(gpu_skip_reason(item.config))
     marker = item.get_closest_marker("needs")
     if marker:
         missing = missing_capabilities(state["subject"], *marker.args)
         if missing:
-            pytest.skip(f"not applicable: subject {state['subject'].name!r} lacks {', '.join(missing)}")
+            pytest.skip(f"{NOT_APPLICABLE}subject {state['subject'].name!r} lacks {', '.join(missing)}")
 
 
 # ----- fixtures ----------------------------------------------------------------

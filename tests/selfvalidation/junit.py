@@ -1,0 +1,40 @@
+"""Running the suite in a subprocess and reading per-test outcomes from its JUnit XML."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_pytest(args, junit: Path, *, env_extra=None, timeout=600) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS --junitxml=JUNIT`` from the repository root, CI profile."""
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS", "SPARSE_MLA_STRICT"):
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def outcomes(junit: Path) -> dict[str, dict]:
+    """Test id -> {"outcome": passed|failed|error|skipped, "message": str, "properties": {...}}."""
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+                message = node.get("message") or ""
+                break
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        result[f"{case.get('classname')}::{case.get('name')}"] = {
+            "outcome": outcome,
+            "message": message,
+            "properties": props,
+        }
+    return result

@@ -1,0 +1,31 @@
+"""pytest-xdist gives the same per-test results as a serial run under the ci profile.
+
+A small subset (the oracle tables and the device-kernel property, 300
+derandomised examples) runs once serially and once with ``-n 2``; the
+outcome of every test and the number of examples hypothesis generated for
+each property must match, and the verification summary must appear in both
+(it is built on the controller from the reports the workers ship).
+"""
+
+from tests.selfvalidation.junit import outcomes, run_pytest
+
+SUBSET = ["tests/oracles", "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"]
+
+
+def test_xdist_results_equal_serial_results(tmp_path):
+    runs = {}
+    for label, extra in (("serial", ["-p", "no:xdist"]), ("xdist", ["-n", "2"])):
+        junit = tmp_path / f"{label}.xml"
+        proc = run_pytest([*SUBSET, *extra], junit)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{label} run failed:\n{out[-3000:]}"
+        assert "verification summary" in out and "generated examples" in out, f"{label}: no summary\n{out[-3000:]}"
+        runs[label] = {
+            test: (r["outcome"], r["properties"].get("hypothesis_examples")) for test, r in outcomes(junit).items()
+        }
+    serial, xdist = runs["serial"], runs["xdist"]
+    assert serial, "the serial run reported no tests"
+    assert any(examples for _, examples in serial.values()), "no hypothesis example counts were recorded"
+    assert sorted(serial) == sorted(xdist), f"different tests ran: {sorted(set(serial) ^ set(xdist))}"
+    differ = {t: (serial[t], xdist[t]) for t in serial if serial[t] != xdist[t]}
+    assert not differ, f"serial and -n 2 disagree (outcome, examples): {differ}"
