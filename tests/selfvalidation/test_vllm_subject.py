@@ -31,6 +31,8 @@ from fixtures.subjects.vllm_subject import (
     VllmSubject,
     bind_launcher,
     capabilities_of,
+    forward_notes,
+    has_nope_zero_copy,
     make_builder_object,
 )
 from tests.selfvalidation.test_broken_subjects_fail import run_suite
@@ -160,6 +162,31 @@ def test_unknown_launcher_signature_is_not_applicable_with_reason():
 
 def test_every_host_path_state_name_has_a_value():
     assert set(HOST_PATH_STATE) <= set(ATTRIBUTE_VALUES)
+
+
+class _CopyOnly:
+    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
+        ql_nope, q_pe = q
+        q = self.q_concat_buffer[: ql_nope.shape[0]]
+        if q_pe.shape[-1] == 0:
+            q.copy_(ql_nope)
+        return q
+
+
+class _ZeroCopy:
+    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
+        ql_nope, q_pe = q
+        if q_pe.shape[-1] == 0 and ql_nope.is_contiguous() and ql_nope.dtype == self.q_concat_buffer.dtype:
+            q = ql_nope
+        else:
+            q = self.q_concat_buffer[: ql_nope.shape[0]]
+        return q
+
+
+def test_nope_zero_copy_detected_from_forward_mqa_source():
+    assert not has_nope_zero_copy(_CopyOnly) and has_nope_zero_copy(_ZeroCopy)
+    assert "no NoPE zero-copy branch" in forward_notes(_CopyOnly, "X")["nope_zero_copy"]
+    assert "nope_zero_copy" not in forward_notes(_ZeroCopy, "X")
 
 
 # ----- gating ------------------------------------------------------------------
