@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from fixtures.batches import make_batch
-from fixtures.harness import count_triton_launches, new_config
+from fixtures.harness import count_triton_launches, new_config, run_step
 from fixtures.init_attributes import IncompleteFixture, init_attributes
 from fixtures.oracle_views import expected_seqlens
+from fixtures.runtime import Event
 from fixtures.subjects import DEVICE_KERNEL, HOST_PATH
 from fixtures.subjects.vllm_subject import (
     ATTRIBUTE_VALUES,
@@ -28,6 +29,7 @@ from fixtures.subjects.vllm_subject import (
     HOST_PATH_STATE,
     LAUNCHER,
     FixtureContext,
+    TorchWithRuntime,
     VllmSubject,
     bind_launcher,
     capabilities_of,
@@ -106,6 +108,40 @@ def test_installed_kernel_really_runs(backend, device):
         subject.sparse_seqlen(batch, 4, out)
     assert launches["generate_sparse_seqlen_kernel"] == 1, dict(launches)
     assert out.cpu().tolist() == expected_seqlens(batch, 4).tolist()
+
+
+def test_build_runs_vllms_kernels_on_the_device_path(backend, device):
+    """One real build(): vLLM's seqlen kernel and its token-to-request kernel launch,
+    and what the subject stands in for on CPU is what strict gating refuses."""
+    subject = VllmSubject()
+    config = new_config(device, 8, 4)
+    builder = subject.make_builder(config)
+    batch = make_batch([1, 3], [5, 9])
+    step = run_step(builder, batch, config)
+    assert step.result.path == "device"
+    assert step.launches["generate_sparse_seqlen_kernel"] == 1, dict(step.launches)
+    assert step.launches["_token_request_mapping_kernel"] == 1, dict(step.launches)
+    if subject.mode == "cpu":
+        problems = "; ".join(subject.gating_problems())
+        assert "no ROCm GPU" in problems and "AITER missing" in problems
+
+
+def test_torch_cuda_is_routed_to_the_runtime_inside_the_backend_namespace():
+    """CPU mode's stand-in for torch.cuda streams and events: events come from the
+    suite's runtime, everything else is torch itself."""
+    made = []
+
+    class Runtime:
+        def event(self):
+            made.append(Event())
+            return made[-1]
+
+    shim = TorchWithRuntime(Runtime())
+    event = shim.cuda.Event()
+    event.record(shim.cuda.current_stream())
+    event.synchronize()
+    assert made and made[0].query()
+    assert shim.cumsum is torch.cumsum and shim.int32 is torch.int32
 
 
 # ----- version tolerance, without vLLM ------------------------------------------
