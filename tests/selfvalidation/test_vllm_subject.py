@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,40 @@ def test_torch_cuda_is_routed_to_the_runtime_inside_the_backend_namespace():
     event.synchronize()
     assert made and made[0].query()
     assert shim.cumsum is torch.cumsum and shim.int32 is torch.int32
+
+
+HOST_STEP_SOURCE = """
+def _suite_host_step(indptr_host):
+    event = torch.cuda.Event()
+    stream = torch.cuda.current_stream()
+    staged = np_to_pinned_tensor(np.arange(indptr_host.numel(), dtype=np.int32))
+    indptr_host.copy_(staged)
+    event.record(stream)
+    stream.wait_event(event)
+    event.synchronize()
+    return event
+"""
+
+
+def test_host_path_calls_in_the_backend_namespace_reach_the_runtime(backend, device):
+    """Code compiled in the backend module's namespace, calling what a host-path build
+    calls (torch.cuda.Event / current_stream, np_to_pinned_tensor), reaches the
+    suite's runtime during a step in CPU mode, and vLLM's own names are back after it."""
+    if device.type != "cpu":
+        pytest.skip("the routing is CPU mode's stand-in; ROCm mode uses torch.cuda itself")
+    subject = VllmSubject()
+    config = new_config(device, 8, 4)
+    events = []
+    config.runtime.event = lambda: events.append(Event()) or events[-1]
+    builder = subject.make_builder(config)
+    step = types.FunctionType(compile(HOST_STEP_SOURCE, "<host step>", "exec").co_consts[0], vars(backend))
+    target = config.runtime.host_empty(9, torch.int32)
+    before = (backend.torch, backend.np_to_pinned_tensor)
+    with builder.step_context():
+        step(target)
+    assert len(events) == 1
+    assert target.tolist() == list(range(9))
+    assert (backend.torch, backend.np_to_pinned_tensor) == before
 
 
 # ----- version tolerance, without vLLM ------------------------------------------
