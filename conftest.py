@@ -99,6 +99,11 @@ def pytest_configure(config):
     missing = missing_capabilities(subject, *config.getoption("--require"))
     if missing:
         raise pytest.UsageError(f"subject {subject.name!r} lacks required capabilities {missing}")
+    # A subject may list what it stands in for (e.g. no GPU, a missing library);
+    # pre-merge gating allows none of it.
+    problems = subject.gating_problems() if hasattr(subject, "gating_problems") else []
+    if problems and config.getoption("--strict-gating"):
+        raise pytest.UsageError(f"--strict-gating: subject {subject.name!r}: " + "; ".join(problems))
     config._sparse_mla = {"device": device, "subject": subject}
     _check_expected_stack(config)
     config.pluginmanager.register(VerificationReport(config), "sparse-mla-report")
@@ -135,7 +140,9 @@ def pytest_runtest_setup(item):
     if marker:
         missing = missing_capabilities(state["subject"], *marker.args)
         if missing:
-            pytest.skip(f"{NOT_APPLICABLE}subject {state['subject'].name!r} lacks {', '.join(missing)}")
+            notes = getattr(state["subject"], "capability_notes", {})
+            why = "".join(f" ({notes[c]})" for c in missing if c in notes)
+            pytest.skip(f"{NOT_APPLICABLE}subject {state['subject'].name!r} lacks {', '.join(missing)}{why}")
 
 
 # ----- fixtures ----------------------------------------------------------------

@@ -1,0 +1,318 @@
+"""The vllm subject's own machinery: fixture completeness, version tolerance, gating.
+
+The tests that use the installed vLLM skip at run time, with the reason, where
+it is not installed (``tox -e vllm`` installs it).  The rest need no vLLM.
+"""
+
+import ast
+import importlib.util
+import inspect
+import linecache
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures.batches import make_batch
+from fixtures.harness import count_triton_launches, new_config, run_step
+from fixtures.init_attributes import IncompleteFixture, init_attributes
+from fixtures.oracle_views import expected_seqlens
+from fixtures.runtime import Event
+from fixtures.subjects import DEVICE_KERNEL, HOST_PATH
+from fixtures.subjects.vllm_subject import (
+    ATTRIBUTE_VALUES,
+    BUILDER,
+    HOST_PATH_STATE,
+    LAUNCHER,
+    FixtureContext,
+    TorchWithRuntime,
+    VllmSubject,
+    bind_launcher,
+    capabilities_of,
+    forward_notes,
+    has_nope_zero_copy,
+    make_builder_object,
+)
+from tests.selfvalidation.test_broken_subjects_fail import run_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """The installed backend module, prepared as the vllm subject prepares it."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+    from fixtures.subjects.vllm_subject import detect_mode, import_backend
+
+    module, _ = import_backend(detect_mode())
+    return module
+
+
+def context(backend, device, m=8, topk=4, **kw):
+    return FixtureContext(new_config(device, m, topk, **kw), "cpu" if device.type == "cpu" else "rocm", backend, False)
+
+
+def test_fixture_sets_exactly_the_derived_attributes(backend, device):
+    cls = getattr(backend, BUILDER)
+    derived = init_attributes(cls)
+    assert derived, f"no attributes derived from {BUILDER}'s __init__ chain"
+    builder = make_builder_object(cls, context(backend, device))
+    assert set(vars(builder)) == set(derived)
+    assert builder.paged_kv_indptr.numel() == 9 and builder.paged_kv_indices.numel() == 8 * 4
+
+
+def test_completeness_check_names_an_attribute_a_subclass_adds(backend, device):
+    base = getattr(backend, BUILDER)
+
+    class Drifted(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._state_added_later = torch.zeros(1)
+
+    with pytest.raises(IncompleteFixture, match=r"_state_added_later  \(set in Drifted.__init__\)"):
+        make_builder_object(Drifted, context(backend, device))
+
+
+def test_completeness_check_names_an_attribute_added_to_a_copy_of_the_init_source(backend, device):
+    """A copy of the installed ``__init__`` source with two assignments appended, as a
+    new vLLM version would have it: the check names both."""
+    base = getattr(backend, BUILDER)
+    source = textwrap.dedent(inspect.getsource(base.__init__))
+    indent = " " * ast.parse(source).body[0].body[0].col_offset
+    edited = f"{source.rstrip()}\n{indent}self._host_new_state = None\n{indent}self.extra_buffer = None\n"
+    # Compile in the backend's namespace, with the source findable by inspect.
+    filename = "<drifted ROCMAiterMLASparseMetadataBuilder.__init__>"
+    linecache.cache[filename] = (len(edited), None, edited.splitlines(True), filename)
+    namespace = dict(vars(backend))
+    exec(compile(edited, filename, "exec"), namespace)
+    Drifted = type("Drifted", (base,), {"__init__": namespace["__init__"]})
+    with pytest.raises(IncompleteFixture) as info:
+        make_builder_object(Drifted, context(backend, device))
+    message = str(info.value)
+    assert "_host_new_state  (set in Drifted.__init__)" in message
+    assert "extra_buffer  (set in Drifted.__init__)" in message
+    assert "2 attribute(s)" in message
+
+
+def test_installed_kernel_really_runs(backend, device):
+    """vLLM's Triton is real (not its placeholder) and its seqlen kernel launches."""
+    batch = make_batch([1, 3], [5, 9])
+    out = torch.zeros(4, dtype=torch.int32, device=device)
+    subject = VllmSubject()
+    with count_triton_launches() as launches:
+        subject.sparse_seqlen(batch, 4, out)
+    assert launches["generate_sparse_seqlen_kernel"] == 1, dict(launches)
+    assert out.cpu().tolist() == expected_seqlens(batch, 4).tolist()
+
+
+def test_build_runs_vllms_kernels_on_the_device_path(backend, device):
+    """One real build(): vLLM's seqlen kernel and its token-to-request kernel launch,
+    and what the subject stands in for on CPU is what strict gating refuses."""
+    subject = VllmSubject()
+    config = new_config(device, 8, 4)
+    builder = subject.make_builder(config)
+    batch = make_batch([1, 3], [5, 9])
+    step = run_step(builder, batch, config)
+    assert step.result.path == "device"
+    assert step.launches["generate_sparse_seqlen_kernel"] == 1, dict(step.launches)
+    assert step.launches["_token_request_mapping_kernel"] == 1, dict(step.launches)
+    if subject.mode == "cpu":
+        problems = "; ".join(subject.gating_problems())
+        assert "no ROCm GPU" in problems and "AITER missing" in problems
+
+
+def test_torch_cuda_is_routed_to_the_runtime_inside_the_backend_namespace():
+    """CPU mode's stand-in for torch.cuda streams and events: events come from the
+    suite's runtime, everything else is torch itself."""
+    made = []
+
+    class Runtime:
+        def event(self):
+            made.append(Event())
+            return made[-1]
+
+    shim = TorchWithRuntime(Runtime())
+    event = shim.cuda.Event()
+    event.record(shim.cuda.current_stream())
+    event.synchronize()
+    assert made and made[0].query()
+    assert shim.cumsum is torch.cumsum and shim.int32 is torch.int32
+
+
+HOST_STEP_SOURCE = """
+def _suite_host_step(indptr_host):
+    event = torch.cuda.Event()
+    stream = torch.cuda.current_stream()
+    staged = np_to_pinned_tensor(np.arange(indptr_host.numel(), dtype=np.int32))
+    indptr_host.copy_(staged)
+    event.record(stream)
+    stream.wait_event(event)
+    event.synchronize()
+    return event
+"""
+
+
+def test_host_path_calls_in_the_backend_namespace_reach_the_runtime(backend, device):
+    """Code compiled in the backend module's namespace, calling what a host-path build
+    calls (torch.cuda.Event / current_stream, np_to_pinned_tensor), reaches the
+    suite's runtime during a step in CPU mode, and vLLM's own names are back after it."""
+    if device.type != "cpu":
+        pytest.skip("the routing is CPU mode's stand-in; ROCm mode uses torch.cuda itself")
+    subject = VllmSubject()
+    config = new_config(device, 8, 4)
+    events = []
+    config.runtime.event = lambda: events.append(Event()) or events[-1]
+    builder = subject.make_builder(config)
+    step = types.FunctionType(compile(HOST_STEP_SOURCE, "<host step>", "exec").co_consts[0], vars(backend))
+    target = config.runtime.host_empty(9, torch.int32)
+    before = (backend.torch, backend.np_to_pinned_tensor)
+    with builder.step_context():
+        step(target)
+    assert len(events) == 1
+    assert target.tolist() == list(range(9))
+    assert (backend.torch, backend.np_to_pinned_tensor) == before
+
+
+# ----- version tolerance, without vLLM ------------------------------------------
+def test_launcher_is_bound_by_name_in_either_signature():
+    values = dict(query_lens="Q", seq_lens="S", cu_query_lens="C", topk_token=7, num_tokens=3, max_query_len=2)
+
+    def released(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len):
+        return (seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len)
+
+    def query_lens_first(query_lens, seq_lens, cu_query_lens, topk, num_tokens, max_query_len):
+        return (query_lens, seq_lens, cu_query_lens, topk, num_tokens, max_query_len)
+
+    assert bind_launcher(released, values) == ("S", "C", 7, 3, 2)
+    assert bind_launcher(query_lens_first, values) == ("Q", "S", "C", 7, 3, 2)
+
+
+class _Released:
+    def __init__(self):
+        self.paged_kv_indptr = None
+
+
+class _WithHostPath(_Released):
+    def __init__(self):
+        super().__init__()
+        self._host_decode_indptr = None
+        self._host_indptr = None
+        self._host_upload_done = None
+        self._decode_req_id_extent = 0
+        self._prev_req_extent = 0
+
+
+def _launcher(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len):
+    pass
+
+
+def _unknown_launcher(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len, new_flag):
+    pass
+
+
+def test_host_path_declared_only_where_its_state_exists():
+    caps, notes = capabilities_of(_Released, _launcher, "X")
+    assert HOST_PATH not in caps and DEVICE_KERNEL in caps
+    assert "has no pure-decode host path" in notes[HOST_PATH]
+    assert all(name in notes[HOST_PATH] for name in HOST_PATH_STATE)
+    caps, notes = capabilities_of(_WithHostPath, _launcher, "X")
+    assert HOST_PATH in caps and HOST_PATH not in notes
+
+
+def test_unknown_launcher_signature_is_not_applicable_with_reason():
+    caps, notes = capabilities_of(_Released, _unknown_launcher, "X")
+    assert DEVICE_KERNEL not in caps
+    assert "new_flag" in notes[DEVICE_KERNEL] and LAUNCHER in notes[DEVICE_KERNEL]
+
+
+def test_every_host_path_state_name_has_a_value():
+    assert set(HOST_PATH_STATE) <= set(ATTRIBUTE_VALUES)
+
+
+class _CopyOnly:
+    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
+        ql_nope, q_pe = q
+        q = self.q_concat_buffer[: ql_nope.shape[0]]
+        if q_pe.shape[-1] == 0:
+            q.copy_(ql_nope)
+        return q
+
+
+class _ZeroCopy:
+    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
+        ql_nope, q_pe = q
+        if q_pe.shape[-1] == 0 and ql_nope.is_contiguous() and ql_nope.dtype == self.q_concat_buffer.dtype:
+            q = ql_nope
+        else:
+            q = self.q_concat_buffer[: ql_nope.shape[0]]
+        return q
+
+
+def test_nope_zero_copy_detected_from_forward_mqa_source():
+    assert not has_nope_zero_copy(_CopyOnly) and has_nope_zero_copy(_ZeroCopy)
+    assert "no NoPE zero-copy branch" in forward_notes(_CopyOnly, "X")["nope_zero_copy"]
+    assert "nope_zero_copy" not in forward_notes(_ZeroCopy, "X")
+
+
+# ----- gating ------------------------------------------------------------------
+class StoodInSubject:
+    """A subject that declares what it stands in for (as the vllm subject on CPU)."""
+
+    name = "stood-in"
+    capabilities = frozenset({"device_path"})
+
+    def make_builder(self, config):
+        raise AssertionError("not reached")
+
+    def gating_problems(self):
+        return ["no ROCm GPU", "AITER missing (no module 'aiter')"]
+
+
+def test_strict_gating_turns_stand_ins_into_an_error():
+    spec = f"{__name__}:StoodInSubject"
+    strict = run_suite(spec, "tests/differential", extra=("--strict-gating",))
+    assert strict.returncode == 4, strict.stdout + strict.stderr
+    assert "--strict-gating: subject 'stood-in': no ROCm GPU; AITER missing" in strict.stderr
+    lenient = run_suite(spec, "tests/differential", extra=("--co",))
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+
+
+# ----- a broken vLLM-driven subject is caught ------------------------------------
+class VllmWithTopkOffByOne(VllmSubject):
+    """The real builder given topk_tokens = topk + 1: the properties must notice."""
+
+    def make_builder(self, config):
+        builder = super().make_builder(config)
+        builder.inner.topk_tokens = config.topk + 1
+        return builder
+
+
+def test_differential_properties_catch_a_wrong_vllm_fixture_value():
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+    spec = f"{__name__}:VllmWithTopkOffByOne"
+    proc = run_suite(spec, "tests/differential/test_single_step.py::test_step_metadata_matches_oracle")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "paged_kv_indptr" in out and f"--subject={spec}" in out, out[-3000:]
+
+
+def test_vllm_subject_is_registered():
+    from fixtures.subjects import KNOWN_SUBJECTS
+
+    assert KNOWN_SUBJECTS["vllm"] == "fixtures.subjects.vllm_subject:VllmSubject"
+    assert os.path.exists(ROOT / "requirements" / "vllm-0.33.0-cpu-import-deps.txt")
+
+
+def test_subject_module_imports_no_vllm_until_the_subject_is_made():
+    """Loading the module (as --subject resolution does) must not import vLLM:
+    CPU mode has to empty CUDA_VISIBLE_DEVICES first."""
+    code = "import sys, fixtures.subjects.vllm_subject; assert 'vllm' not in sys.modules, 'vllm imported'"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
