@@ -106,6 +106,7 @@ class BuilderMachine(RuleBasedStateMachine):
         super().__init__()
         self.builder = None
         self.steps = 0
+        self.failed = False
         self.last_decode = None  # seq_lens of the last pure-decode step
 
     # ----- setup ---------------------------------------------------------
@@ -127,6 +128,13 @@ class BuilderMachine(RuleBasedStateMachine):
 
     # ----- one step -------------------------------------------------------
     def step(self, batch) -> None:
+        try:
+            self._step(batch)
+        except BaseException:
+            self.failed = True  # teardown adds no second failure to this one
+            raise
+
+    def _step(self, batch) -> None:
         self.steps += 1
         self.before_step()
         expected_route = expected_path(batch, speculative=self.speculative, pin_memory=self.pin_memory)
@@ -245,10 +253,14 @@ class StreamModelBuilderMachine(BuilderMachine):
     @precondition(lambda self: self.steps > 0)
     @invariant()
     def consumers_read_model_buffers(self):
-        self.check_consumed()
+        try:
+            self.check_consumed()
+        except BaseException:
+            self.failed = True
+            raise
 
     def teardown(self):
-        if self.builder is None:
+        if self.builder is None or self.failed:
             return
         self.runtime.synchronize()
         self.check_consumed()
