@@ -8,9 +8,10 @@ the whole persistent buffers with a model after every step.  A failure
 prints the shrunk program, one ``state.<rule>(...)`` line per step, with each
 step's batch noted as a ``make_batch(...)`` call.
 
-The stream-model test comes first: it checks everything the eager one does
-(through its consumers) and the pinned-buffer race besides, so a broken
-subject fails there first.
+The eager test comes first: its invariant reads the live buffers after every
+step, so a wrong buffer fails at the step that wrote it.  The stream-model
+test reads them through consumers that run when the model stream reaches
+them (one step later at the earliest), and adds the pinned-buffer race.
 """
 
 import pytest
@@ -26,6 +27,15 @@ from tests.stateful.machine import (
 
 
 @pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
+def test_builder_steps_match_model(subject, device):
+    """Whole persistent buffers and the path taken match the model after every
+    step, with the config's own runtime (on CPU: eager copies, and pinned
+    memory stood in by plain host memory; on a GPU: the real stream)."""
+    with session_subject(subject, device):
+        run_state_machine_as_test(EagerBuilderMachine, settings=machine_settings())
+
+
+@pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
 def test_builder_steps_on_stream_model_stand_in_for_gpu_stream(subject, device):
     """The programs on the stream model, a stand-in for an adversarially slow
     GPU stream: copies read their source late, a queued consumer (stand-in for
@@ -34,12 +44,3 @@ def test_builder_steps_on_stream_model_stand_in_for_gpu_stream(subject, device):
     source fails, naming the buffer, the step and the indices."""
     with session_subject(subject, device):
         run_state_machine_as_test(StreamModelBuilderMachine, settings=machine_settings())
-
-
-@pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
-def test_builder_steps_match_model(subject, device):
-    """Whole persistent buffers and the path taken match the model after every
-    step, with the config's own runtime (on CPU: eager copies, and pinned
-    memory stood in by plain host memory; on a GPU: the real stream)."""
-    with session_subject(subject, device):
-        run_state_machine_as_test(EagerBuilderMachine, settings=machine_settings())
