@@ -1,0 +1,125 @@
+"""The stream model (fixtures/stream_model.py), a stand-in for a GPU stream on CPU.
+
+Checks that the model really is adversarially late (copies read their source
+when executed, not when issued), keeps stream order, lets events and device
+operations drain exactly what they must, and that its pending-read guard
+reports a host write into a pending copy's source with the buffer, the step
+and the indices.  Then a fixed two-step program: the reference subject raises
+no alarm, and the two broken event disciplines are caught on it.
+"""
+
+import pytest
+import torch
+
+from fixtures.batches import make_batch
+from fixtures.harness import new_config, run_step
+from fixtures.mutants import MUTANTS
+from fixtures.stream_model import OnModelDevice, PendingReadViolation, StreamModelRuntime
+from fixtures.subjects.reference import ReferenceSubject, device_inputs
+from fixtures.subjects.reference_kernel import launch_sparse_seqlen
+
+
+def runtime_with_buffers(n=4):
+    rt = StreamModelRuntime("cpu")
+    host = rt.host_empty(n, torch.int32)
+    dev = torch.zeros(n, dtype=torch.int32)
+    rt.adopt_device_buffers({"dev": dev})
+    return rt, host, dev
+
+
+def test_copy_reads_its_source_when_executed_not_when_issued():
+    rt, host, dev = runtime_with_buffers()
+    host.copy_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+    rt.copy_(dev, host)
+    assert dev.tolist() == [0, 0, 0, 0] and rt.pending == 1
+    rt.synchronize()
+    assert dev.tolist() == [1, 2, 3, 4] and rt.pending == 0
+
+
+def test_host_write_into_pending_source_is_reported_with_buffer_step_and_indices():
+    rt, host, dev = runtime_with_buffers()
+    rt.step = 1
+    rt.copy_(dev, host)
+    host.numpy()[2] = 9  # the host runs ahead and rewrites the staging buffer
+    rt.step = 2
+    with pytest.raises(PendingReadViolation) as err:
+        rt.synchronize()
+    message = str(err.value)
+    assert "pinned host buffer #0" in message and "dev[0:4]" in message
+    assert "issued at step 1" in message and "executed at step 2" in message and "indices [2]" in message
+
+
+def test_event_synchronizes_up_to_its_record_point_only():
+    rt, host, dev = runtime_with_buffers()
+    before = rt.event()
+    before.record()  # recorded before the copy: waiting on it does not cover the copy
+    rt.copy_(dev, host)
+    after = rt.event()
+    after.record()
+    assert before.query() and not after.query()
+    before.synchronize()
+    assert rt.pending == 1 and not after.query()
+    after.synchronize()
+    assert rt.pending == 0 and after.query()
+
+
+def test_in_place_device_ops_are_queued_in_stream_order():
+    rt, host, dev = runtime_with_buffers()
+    host.copy_(torch.tensor([5, 6, 7, 8], dtype=torch.int32))
+    with rt.running():
+        rt.copy_(dev, host)
+        dev[1:].fill_(0)  # queued behind the copy
+        assert rt.pending == 2
+    assert dev.tolist() == [0, 0, 0, 0]
+    rt.synchronize()
+    assert dev.tolist() == [5, 0, 0, 0]
+
+
+def test_host_work_runs_ahead_and_device_reads_drain_the_queue_first():
+    rt, host, dev = runtime_with_buffers()
+    with rt.running():
+        rt.copy_(dev, host)
+        host.numpy()  # host-only: does not wait for the device
+        host_sum = host + 1  # host-only arithmetic
+        assert rt.pending == 1 and host_sum.tolist() == [1, 1, 1, 1]
+        doubled = dev * 2  # reads device memory: the queue drains first
+        assert rt.pending == 0 and doubled.tolist() == [0, 0, 0, 0]
+
+
+def test_triton_launch_drains_the_queue_first():
+    rt, host, dev = runtime_with_buffers()
+    host.copy_(torch.tensor([1, 1, 1, 1], dtype=torch.int32))
+    qsl, seq_lens = device_inputs(make_batch([1, 1, 1, 1], [3, 4, 5, 6]), torch.device("cpu"))
+    with rt.running():
+        rt.copy_(dev, host)
+        out = torch.zeros(4, dtype=torch.int32)  # a fresh tensor: created without waiting
+        assert rt.pending == 1
+        launch_sparse_seqlen(qsl, seq_lens, 64, 1, out)
+        assert rt.pending == 0 and dev.tolist() == [1, 1, 1, 1]
+    assert out.tolist() == [3, 4, 5, 6]
+
+
+# Two pure-decode host-path steps whose pinned contents differ, then the stream is synchronised.
+PROGRAM = [make_batch([1, 1], [5, 9]), make_batch([1, 1], [6, 10])]
+
+
+def run_program(subject):
+    runtime = StreamModelRuntime("cpu")
+    config = new_config("cpu", 4, 64, runtime=runtime)
+    builder = OnModelDevice(subject.make_builder(config), runtime)
+    for step, batch in enumerate(PROGRAM, 1):
+        runtime.step = step
+        assert run_step(builder, batch, config).result.path == "host"
+    runtime.synchronize()
+    return builder.buffers()
+
+
+def test_reference_subject_raises_no_alarm_on_back_to_back_host_steps():
+    buffers = run_program(ReferenceSubject())
+    assert buffers["paged_kv_indptr"].tolist() == [0, 6, 16, 16, 16]
+
+
+@pytest.mark.parametrize("name", ["no_event_wait", "event_before_copy"])
+def test_broken_event_discipline_is_caught_on_back_to_back_host_steps(name):
+    with pytest.raises(PendingReadViolation, match="issued at step 1"):
+        run_program(MUTANTS[name]())

@@ -1,0 +1,270 @@
+"""The builder state machine: one builder driven through a program of build steps.
+
+A plain-Python model holds what every persistent buffer must contain after
+each step (the whole buffers: ``req_id_per_token`` past the batch is zero
+again, all ``M + 1`` entries of ``paged_kv_indptr``), and the path each step
+must take comes from the legality oracle.  Every step runs through
+:func:`fixtures.harness.run_step` (input validation, Triton launch count,
+guard bands).
+
+Two runtimes drive the same machine:
+
+* :class:`EagerBuilderMachine`: the runtime a :class:`BuilderConfig` gets by
+  default (eager on CPU; on a GPU the real stream, where reading the buffers
+  synchronises).  The invariant compares the live persistent buffers.
+* :class:`StreamModelBuilderMachine`: the stream model of
+  :mod:`fixtures.stream_model` stands in for a GPU stream on CPU.  After each
+  step a consumer (a stand-in for the attention kernel that reads the
+  metadata) is queued on the model stream; it snapshots the buffers when the
+  model device gets to it, and every snapshot is compared with the model of
+  its step: as they execute (invariant) and at the end, after the stream is
+  synchronised (teardown).  The pending-read guard of the model raises as
+  soon as a queued copy finds its source rewritten by the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+from hypothesis import note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fixtures.batches import INT32_MAX, make_batch
+from fixtures.harness import assert_int32_equal, host_int32, new_config, run_step
+from fixtures.oracle_views import expected_indptr, expected_path
+from fixtures.step_strategies import (
+    STEP_TOPKS,
+    clause_toggled_decode,
+    mixed,
+    multi_token_decode,
+    overstated_bound_decode,
+    padded_decode,
+    prefill_only,
+    pure_decode,
+)
+from fixtures.stream_model import OnModelDevice, StreamModelRuntime
+from fixtures.subjects import HOST_PATH
+from oracles import metadata as oracle
+
+M = 6  # max_num_batched_tokens of every machine: small grids, n == M reachable
+# Builder configs: mostly one that may take the host path (the stateful part);
+# a speculative config or no pinned memory takes the device path on every step.
+CONFIG_KINDS = ("host_capable",) * 6 + ("speculative", "no_pinned_memory")
+BUFFERS = ("paged_kv_indptr", "req_id_per_token", "qo_indptr", "paged_kv_last_page_len")
+
+_SESSION: dict = {}
+
+
+@contextlib.contextmanager
+def session_subject(subject, device):
+    """Make the session's subject and device visible to the machines (module-level accessor)."""
+    _SESSION.update(subject=subject, device=device)
+    try:
+        yield
+    finally:
+        _SESSION.clear()
+
+
+def session():
+    if not _SESSION:
+        raise RuntimeError("the builder machines run inside session_subject(subject, device)")
+    return _SESSION["subject"], _SESSION["device"]
+
+
+def machine_settings() -> settings:
+    """The loaded profile with the machine's own size: 100 programs of up to 20
+    steps under ci (measured: see README), fewer under dev, more nightly."""
+    profile = getattr(settings, "_current_profile", None)
+    examples = {"ci": 100, "nightly": 1000}.get(profile, 20)
+    return settings(settings.default, max_examples=examples, stateful_step_count=20, report_multiple_bugs=False)
+
+
+def expected_buffers(batch, topk: int, m: int) -> dict[str, np.ndarray]:
+    """The whole persistent buffers after a step on ``batch`` (model of the builder)."""
+    n = batch.num_actual_tokens
+    req_ids = np.zeros(m, dtype=np.int32)  # past n: zero again, whatever ran before
+    req_ids[:n] = oracle.req_id_per_token(batch.query_start_loc)
+    return {
+        "paged_kv_indptr": expected_indptr(batch, topk, m),
+        "req_id_per_token": req_ids,
+        "qo_indptr": oracle.qo_indptr(m),
+        "paged_kv_last_page_len": oracle.paged_kv_last_page_len(m),
+    }
+
+
+def compare_buffers(actual: dict, expected: dict, when: str) -> None:
+    for name in BUFFERS:
+        assert_int32_equal(actual[name], expected[name], f"{name} (whole buffer) {when}")
+
+
+class BuilderMachine(RuleBasedStateMachine):
+    """Rules are build steps; the model is ``self.expected`` (see module doc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.builder = None
+        self.steps = 0
+        self.failed = False
+        self.last_decode = None  # seq_lens of the last pure-decode step
+
+    # ----- setup ---------------------------------------------------------
+    def make_runtime(self, device, pin_memory: bool):
+        return None  # the config's default runtime
+
+    @initialize(topk=st.sampled_from(STEP_TOPKS), config=st.sampled_from(CONFIG_KINDS))
+    def configure(self, topk, config):
+        """A builder config's speculative flag and pinned memory are fixed per builder."""
+        subject, device = session()
+        self.pin_memory = config != "no_pinned_memory" and HOST_PATH in subject.capabilities
+        self.speculative = config == "speculative"
+        self.topk = topk
+        self.runtime = self.make_runtime(device, self.pin_memory)
+        self.config = new_config(
+            device, M, topk, speculative=self.speculative, pin_memory=self.pin_memory, runtime=self.runtime
+        )
+        self.builder = subject.make_builder(self.config)
+
+    # ----- one step -------------------------------------------------------
+    def step(self, batch) -> None:
+        try:
+            self._step(batch)
+        except BaseException:
+            self.failed = True  # teardown adds no second failure to this one
+            raise
+
+    def _step(self, batch) -> None:
+        self.steps += 1
+        self.before_step()
+        expected_route = expected_path(batch, speculative=self.speculative, pin_memory=self.pin_memory)
+        observed = run_step(self.builder, batch, self.config)
+        path = observed.result.path
+        note(f"step {self.steps}: {batch!r} took the {path} path; Triton launches {dict(observed.launches)}")
+        assert path == expected_route, (
+            f"step {self.steps}: took the {path} path; the legality oracle says {expected_route} "
+            f"(speculative={self.speculative}, pin_memory={self.pin_memory})"
+        )
+        if path == "host":
+            want = 0
+        else:
+            want = 1 if batch.num_reqs and batch.max_query_len > 0 else 0
+        assert observed.total_launches == want, (
+            f"step {self.steps} ({path} path): {observed.total_launches} Triton launches "
+            f"{dict(observed.launches)}, expected {want}"
+        )
+        self.expected = expected_buffers(batch, self.topk, M)
+        self.after_step(batch)
+
+    def before_step(self) -> None:
+        pass
+
+    def after_step(self, batch) -> None:
+        pass
+
+    # ----- rules: the kinds of step -----------------------------------------
+    @rule(batch=pure_decode(M))
+    def decode(self, batch):
+        self.step(batch)
+        self.last_decode = batch.seq_lens.tolist()
+
+    def continue_decode(self, n: int, how: str) -> None:
+        """The next decode step of the running requests: each context grows by
+        one token; requests past the first ``n`` finish, new ones join."""
+        prev = self.last_decode
+        seqs = [min(s + 1, INT32_MAX) for s in prev[:n]] + list(range(1, n - len(prev) + 1))
+        batch = make_batch([1] * n, seqs)
+        note(f"{how}: {batch!r}")
+        self.step(batch)
+        self.last_decode = seqs
+
+    @precondition(lambda self: self.last_decode is not None and len(self.last_decode) < M)
+    @rule(joining=st.integers(1, M))
+    def decode_grow(self, joining):
+        self.continue_decode(min(len(self.last_decode) + joining, M), f"decode_grow(joining={joining})")
+
+    @precondition(lambda self: self.last_decode)
+    @rule(finishing=st.integers(1, M))
+    def decode_shrink(self, finishing):
+        self.continue_decode(max(len(self.last_decode) - finishing, 0), f"decode_shrink(finishing={finishing})")
+
+    @precondition(lambda self: self.last_decode is not None)
+    @rule()
+    def decode_keep(self):
+        self.continue_decode(len(self.last_decode), "decode_keep()")
+
+    @rule(batch=padded_decode(M))
+    def padded(self, batch):
+        self.step(batch)
+
+    @rule(batch=st.one_of(mixed(M), prefill_only(M), multi_token_decode(M), clause_toggled_decode(M)))
+    def non_decode(self, batch):
+        """A mixed, prefill-only or multi-token decode step, or a pure-decode
+        batch with one host-path clause off: never the host path.  One rule
+        for all of them keeps device-path steps (a Triton launch each, slow in
+        the interpreter) to about a quarter of the steps."""
+        self.step(batch)
+
+    @precondition(lambda self: self.builder is not None and self.speculative)
+    @rule(batch=overstated_bound_decode(M))
+    def async_speculative_decode(self, batch):
+        """Only a speculative config sees an overstated seq_lens_cpu_upper_bound."""
+        self.step(batch)
+
+
+class EagerBuilderMachine(BuilderMachine):
+    @precondition(lambda self: self.steps > 0)
+    @invariant()
+    def persistent_buffers_match_model(self):
+        compare_buffers(self.builder.buffers(), self.expected, f"after step {self.steps}")
+
+
+class StreamModelBuilderMachine(BuilderMachine):
+    """The machine on the stream model (a stand-in for a GPU stream, on CPU)."""
+
+    def make_runtime(self, device, pin_memory):
+        return StreamModelRuntime(device, pin_memory=pin_memory)
+
+    @initialize(topk=st.sampled_from(STEP_TOPKS), config=st.sampled_from(CONFIG_KINDS))
+    def configure(self, topk, config):
+        super().configure(topk, config)
+        self.builder = OnModelDevice(self.builder, self.runtime)
+        self.consumed = []  # (step, snapshot, expected), appended by the consumers
+        self.checked = 0
+
+    def before_step(self):
+        self.runtime.step = self.steps
+
+    def after_step(self, batch):
+        step, expected, buffers, alloc = self.steps, self.expected, self.builder.buffers(), self.config.allocator
+
+        def attention_consumer():
+            """Stand-in for the attention kernel: reads the metadata in stream order."""
+            self.consumed.append((step, {k: v.clone() for k, v in buffers.items()}, expected))
+            alloc.check()
+
+        self.runtime.enqueue(f"consumer of step {step}", attention_consumer)
+
+    def check_consumed(self):
+        for step, snapshot, expected in self.consumed[self.checked :]:
+            compare_buffers(snapshot, expected, f"as the consumer of step {step} read them")
+            self.checked += 1
+
+    @precondition(lambda self: self.steps > 0)
+    @invariant()
+    def consumers_read_model_buffers(self):
+        try:
+            self.check_consumed()
+        except BaseException:
+            self.failed = True
+            raise
+
+    def teardown(self):
+        if self.builder is None or self.failed:
+            return
+        self.runtime.synchronize()
+        self.check_consumed()
+        assert self.checked == self.steps, f"{self.checked} consumers ran for {self.steps} steps"
+        if self.steps:
+            final = {k: host_int32(v) for k, v in self.builder.buffers().items()}
+            compare_buffers(final, self.expected, "after the stream was synchronised")
