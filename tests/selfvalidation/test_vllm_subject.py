@@ -385,10 +385,14 @@ class MisMappedForward(VllmForward):
         return md
 
 
+class MisMappedSubject(VllmSubject):
+    def make_forward(self, config):
+        return MisMappedForward(self, config)
+
+
 def test_a_wrong_metadata_mapping_fails_in_the_adapter(vllm_subject, device):
     c = forward_case(num_slots=6, topk=3, seed=5)
-    config = new_forward(vllm_subject, c, device)[0]
-    forward = MisMappedForward(vllm_subject, config)
+    forward = new_forward(MisMappedSubject(), c, device)[1]
     inputs = build_inputs(c, device)
     assert int(inputs.metadata.paged_kv_indptr[-1]) > 0, "the case must attend some keys"
     with pytest.raises(AssertionError, match="paged_kv_indices vLLM remapped"):
