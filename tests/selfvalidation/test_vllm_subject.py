@@ -26,7 +26,7 @@ from fixtures.nope_harness import new_forward, run_forward
 from fixtures.oracle_views import expected_seqlens
 from fixtures.runtime import Event
 from fixtures.subjects import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
-from fixtures.subjects.vllm_forward import IMPL, IMPL_ATTRIBUTE_VALUES, ImplContext, VllmForward
+from fixtures.subjects.vllm_forward import IMPL, IMPL_ATTRIBUTE_VALUES, ImplContext, PaddingObserver, VllmForward
 from fixtures.subjects.vllm_subject import (
     ATTRIBUTE_VALUES,
     BUILDER,
@@ -447,3 +447,35 @@ def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
     zero_copy = has_nope_zero_copy(getattr(vllm_subject.backend, IMPL))
     assert (NOPE_ZERO_COPY in vllm_subject.capabilities) == zero_copy
     assert zero_copy or "no NoPE zero-copy branch" in vllm_subject.capability_notes[NOPE_ZERO_COPY]
+
+
+class _TilingHelper:
+    """AiterMLAHelper's interface, padding 3 heads to 6 by tiling (optionally corrupting)."""
+
+    corrupt = False
+
+    @classmethod
+    def get_mla_padded_q(cls, num_heads, q, target_heads=None):
+        padded = q.repeat(1, 2, 1)
+        return padded * 2 if cls.corrupt else padded
+
+    @staticmethod
+    def get_mla_unpadded_o(num_heads, o):
+        return o[:, :num_heads]
+
+
+def test_head_padding_check_hands_on_the_source_and_refuses_a_changed_or_foreign_query():
+    forward = object.__new__(VllmForward)
+    forward.config = types.SimpleNamespace(num_heads=3)
+    q = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
+    padding = PaddingObserver(_TilingHelper)
+    assert forward.unpadded(padding.get_mla_padded_q(3, q), padding) is q
+    with pytest.raises(AssertionError, match="get_mla_padded_q did not return"):
+        forward.unpadded(q.repeat(1, 2, 1), padding)
+
+    class Corrupting(_TilingHelper):
+        corrupt = True
+
+    padding = PaddingObserver(Corrupting)
+    with pytest.raises(AssertionError, match="changed the query's real heads"):
+        forward.unpadded(padding.get_mla_padded_q(3, q), padding)
