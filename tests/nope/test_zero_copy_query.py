@@ -60,7 +60,7 @@ PINNED = [
 ]
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
-    # vLLM 0.33.0's fp8 branch raises on an empty batch (README, 'The vllm subject').
+    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
 

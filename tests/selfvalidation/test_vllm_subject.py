@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from fixtures.batches import make_batch
+from fixtures.findings import match_forward_finding
 from fixtures.harness import count_triton_launches, new_config, run_step
 from fixtures.init_attributes import IncompleteFixture, init_attributes
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs
@@ -440,6 +441,8 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     with pytest.raises(RuntimeError, match=r"cannot reshape tensor of 0 elements into shape \[0, -1\]") as info:
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
     assert any(entry.name == "forward" and "mla_attention.py" in str(entry.path) for entry in info.traceback)
+    # The known-finding entry that lets the property pass over exactly this case matches it.
+    assert match_forward_finding(info.value, kv_cache_dtype="fp8", num_tokens=0).key == "vllm-0.33-fp8-empty-batch"
 
 
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):

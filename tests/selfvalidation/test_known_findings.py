@@ -1,0 +1,44 @@
+"""A known finding excuses exactly the failure it documents, nothing else."""
+
+import pytest
+
+from fixtures.findings import FORWARD_FINDINGS, match_forward_finding
+
+MESSAGE = "cannot reshape tensor of 0 elements into shape [0, -1]"
+
+
+def raise_from(filename: str, exc: BaseException) -> BaseException:
+    code = compile("raise exc", filename, "exec")
+    try:
+        exec(code, {"exc": exc})
+    except BaseException as caught:  # noqa: BLE001 - the point is to capture it
+        return caught
+    raise AssertionError("unreachable")
+
+
+def test_matches_only_the_documented_source_message_and_inputs():
+    source = "/site-packages/vllm/model_executor/layers/attention/mla_attention.py"
+    exc = raise_from(source, RuntimeError(MESSAGE))
+    assert match_forward_finding(exc, kv_cache_dtype="fp8", num_tokens=0) is FORWARD_FINDINGS[0]
+    # Another batch size, another cache dtype, another file, another message, another type: no match.
+    assert match_forward_finding(exc, kv_cache_dtype="fp8", num_tokens=1) is None
+    assert match_forward_finding(exc, kv_cache_dtype="auto", num_tokens=0) is None
+    assert (
+        match_forward_finding(
+            raise_from("fixtures/subjects/reference_forward.py", RuntimeError(MESSAGE)),
+            kv_cache_dtype="fp8",
+            num_tokens=0,
+        )
+        is None
+    )
+    assert match_forward_finding(raise_from(source, RuntimeError("other")), kv_cache_dtype="fp8", num_tokens=0) is None
+    assert match_forward_finding(raise_from(source, ValueError(MESSAGE)), kv_cache_dtype="fp8", num_tokens=0) is None
+
+
+@pytest.mark.parametrize("finding", FORWARD_FINDINGS, ids=lambda f: f.key)
+def test_every_finding_names_an_existing_regression_test(finding):
+    from pathlib import Path
+
+    path, _, name = finding.regression_test.partition("::")
+    source = (Path(__file__).resolve().parents[2] / path).read_text()
+    assert f"def {name}(" in source
