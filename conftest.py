@@ -16,7 +16,7 @@ _DEVICE_GUESS = configure_triton_interpreter()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 from fixtures import stack  # noqa: E402
 from fixtures.devices import resolve_device  # noqa: E402
@@ -39,6 +39,20 @@ _COMMON = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too
 settings.register_profile("dev", max_examples=40, deadline=None, **_COMMON)
 settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None, print_blob=True, **_COMMON)
 settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True, **_COMMON)
+# The kill matrix's fuzzer check (python -m fixtures.killmatrix --profile mutants, run by
+# the selftest): the generated examples alone must catch each broken subject, so the pinned
+# @examples are skipped; derandomised, a third of ci's examples, no example database, and
+# for speed no explain phase and no search for further bugs once one is found.
+settings.register_profile(
+    "mutants",
+    max_examples=100,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.generate, Phase.target, Phase.shrink],
+    report_multiple_bugs=False,
+    **_COMMON,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 # Directories whose tests check the suite itself rather than a subject.

@@ -3,7 +3,7 @@
 import re
 import shutil
 
-from tests.selfvalidation.test_broken_subjects_fail import ROOT, run_suite
+from fixtures.killmatrix import ROOT, run_pytest
 
 
 def test_readme_minimal_subject_runs_and_passes(tmp_path):
@@ -12,7 +12,7 @@ def test_readme_minimal_subject_runs_and_passes(tmp_path):
     module = ROOT / "_readme_subject_tmp.py"
     module.write_text(block)
     try:
-        proc = run_suite("_readme_subject_tmp:MinimalSubject", "tests/differential")
+        proc = run_pytest("_readme_subject_tmp:MinimalSubject", "tests/differential")
     finally:
         module.unlink()
         shutil.rmtree(ROOT / "__pycache__", ignore_errors=True)

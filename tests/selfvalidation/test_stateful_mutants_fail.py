@@ -10,9 +10,9 @@ import re
 
 import pytest
 
+from fixtures.killmatrix import run_pytest as run_suite
 from fixtures.mutants import MUTANTS
 from fixtures.mutants.stateful import MUTANTS as STATEFUL
-from tests.selfvalidation.test_broken_subjects_fail import run_suite
 from tests.stateful.machine import BuilderMachine
 
 MAX_STEPS = 3

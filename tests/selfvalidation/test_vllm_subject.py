@@ -22,6 +22,7 @@ from fixtures.batches import make_batch
 from fixtures.findings import match_forward_finding
 from fixtures.harness import count_triton_launches, new_config, run_step
 from fixtures.init_attributes import IncompleteFixture, init_attributes
+from fixtures.killmatrix import run_pytest as run_suite
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs
 from fixtures.nope_harness import new_forward, run_forward
 from fixtures.oracle_views import expected_seqlens
@@ -43,7 +44,6 @@ from fixtures.subjects.vllm_subject import (
     has_nope_zero_copy,
     make_builder_object,
 )
-from tests.selfvalidation.test_broken_subjects_fail import run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,168 @@
+"""The kill matrix: every broken subject in the catalogue is caught, the unbroken one is not.
+
+``test_catalogue_killed_and_reference_clean`` runs the whole matrix (every
+mutant in ``fixtures.mutants.MUTANTS`` x every verification property, plus the
+reference) under the ``mutants`` hypothesis profile: derandomised, 100
+generated examples per property and no pinned ``@example``, so the fuzzers
+themselves must find each bug; a change that weakens a strategy or a property
+fails here.  Its tables go to ``reports/kill_matrix_selftest/`` for CI
+artifacts.  The other tests check that the runner reports a survivor and a
+failing control, and how it sizes counterexamples.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from fixtures.killmatrix import KILLED, PASSED, ROOT, SURVIVED
+from fixtures.killmatrix_plugin import _falsifying_blocks, counterexample_size, machine_non_steps
+from fixtures.mutants import MUTANTS
+
+# Target for the fuzzers: the median mutant is caught within this many generated examples.
+# (The shrunk counterexample sizes are measured and reported in the tables, not asserted.)
+MEDIAN_EXAMPLES_TO_FIRST_KILL = 50
+
+
+def run_matrix(out, *args, env=None):
+    cmd = [sys.executable, "-m", "fixtures.killmatrix", f"--out={out}", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    matrix_file = out / "kill_matrix.json"
+    matrix = json.loads(matrix_file.read_text()) if matrix_file.exists() else None
+    return proc, matrix
+
+
+def test_catalogue_killed_and_reference_clean():
+    out = ROOT / "reports" / "kill_matrix_selftest"
+    proc, matrix = run_matrix(out, "--profile=mutants")
+    text = proc.stdout + proc.stderr
+    assert matrix is not None, text[-3000:]
+    status = {e["subject"]: e["status"] for e in matrix["subjects"]}
+    assert status == {"reference": PASSED, **dict.fromkeys(MUTANTS, KILLED)}, text[-4000:]
+    assert proc.returncode == 0 and matrix["summary"]["ok"], text[-4000:]
+
+    summary = matrix["summary"]
+    assert summary["killed_by_pinned_example"] == 0, "the mutants profile must not run pinned @examples"
+    assert summary["reproducer_on_every_failure"], "a failure printed no reproducer section"
+    for e in matrix["subjects"]:
+        for prop, v in e["properties"].items():
+            if v["verdict"] == KILLED:
+                assert v["examples"] is not None, f"{e['subject']} x {prop}: examples to the first failure not counted"
+    assert summary["median_examples_to_first_kill"] <= MEDIAN_EXAMPLES_TO_FIRST_KILL, text[-4000:]
+
+
+SURVIVOR = '''
+from fixtures.subjects.reference import ReferenceSubject
+
+
+class Unbroken(ReferenceSubject):
+    """The reference under another name: no property can kill it."""
+
+    name = "unbroken"
+'''
+
+
+def test_runner_reports_survivor_and_failing_control(tmp_path):
+    """A subject identical to the reference survives, a broken control fails; both make the run fail."""
+    (tmp_path / "km_unbroken.py").write_text(textwrap.dedent(SURVIVOR))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc, matrix = run_matrix(
+        tmp_path / "out",
+        "--profile=mutants",
+        "--reference=fixtures.mutants:no_topk_clamp",
+        "--mutants=no_topk_clamp",
+        "--extra-subject=km_unbroken:Unbroken",
+        "tests/differential/test_single_step.py::test_step_metadata_matches_oracle",
+        env=env,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert matrix is not None, text[-3000:]
+    status = {e["subject"]: e["status"] for e in matrix["subjects"]}
+    assert status == {"reference": "FAILED", "no_topk_clamp": KILLED, "km_unbroken.Unbroken": SURVIVED}, status
+    assert "km_unbroken.Unbroken: survived every property" in text
+    assert "reference: the unbroken subject fails" in text
+    assert not matrix["summary"]["ok"]
+    rows = [line for line in (tmp_path / "out" / "kill_matrix.md").read_text().splitlines() if line.startswith("| `")]
+    assert len(rows) == 3 and "survived" in rows[2] and "FAILED" in rows[0], rows
+
+
+def test_runner_reports_a_subject_that_cannot_load(tmp_path):
+    """A mutant that fails to load is an error, never counted as killed."""
+    proc, matrix = run_matrix(
+        tmp_path,
+        "--profile=mutants",
+        "--no-reference",
+        "--mutants=",
+        "--extra-subject=no_such_module_here:Subject",
+        "tests/differential/test_single_step.py::test_step_metadata_matches_oracle",
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert [e["status"] for e in matrix["subjects"]] == ["ERROR"]
+    assert matrix["summary"]["killed"] == 0
+
+
+def test_counterexample_size_of_printed_batches_and_programs():
+    """Hand-written hypothesis output in the three forms the suite prints."""
+    dataclass_form = """Falsifying example: test_x(
+    case=Case(kind='mixed',
+     batch=Batch(query_start_loc=array([  0,   1,
+             71], dtype=int32),
+      _spec={'query_lens': [1, 70], 'seq_lens': [10, 100]}),
+    ),
+)"""
+    assert counterexample_size(dataclass_form) == {"requests": 2, "steps": None}
+    assert counterexample_size("f(batch=make_batch(query_lens=[1, 1, 1], seq_lens=[0, 9, 0]))")["requests"] == 3
+    assert counterexample_size("f(batch=make_batch([1, 1], [4, 4]))")["requests"] == 2
+    program = """Falsifying example:
+state = _PrintedMachine()
+state.configure(topk=3)
+state.step(batch=make_batch(query_lens=[1], seq_lens=[5]))
+state.buffers_match()
+v1 = state.grow(batch=make_batch(query_lens=[1, 1], seq_lens=[5, 6]))
+state.buffers_match()
+state.step(
+    batch=make_batch(query_lens=[], seq_lens=[]),
+)
+state.buffers_match()
+state.teardown()"""
+    assert machine_non_steps(program) == {"configure", "buffers_match"}
+    assert counterexample_size(program, machine_non_steps(program)) == {"requests": 2, "steps": 3}
+    assert counterexample_size("Falsifying example: test_y(n=3)") == {"requests": None, "steps": None}
+
+
+class _PrintedMachine(RuleBasedStateMachine):
+    """Only its shape matters: which printed ``state.name()`` lines are steps."""
+
+    @initialize()
+    def configure(self):
+        pass
+
+    @rule()
+    def step(self):
+        pass
+
+    @rule()
+    def grow(self):
+        pass
+
+    @invariant()
+    def buffers_match(self):
+        pass
+
+
+def test_falsifying_blocks_split_per_example():
+    notes = [
+        "Falsifying example: test_x(",
+        "    n=1,",
+        ")",
+        "You can reproduce this example by temporarily adding @reproduce_failure(...)",
+        "Falsifying explicit example: test_x(n=2)",
+    ]
+    assert _falsifying_blocks(notes) == [
+        "Falsifying example: test_x(\n    n=1,\n)",
+        "Falsifying explicit example: test_x(n=2)",
+    ]
