@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fixtures.batches import make_batch
-from fixtures.harness import assert_int32_equal, new_config, run_step
+from fixtures.harness import assert_int32_equal, check_seqlen_launches, new_config, run_step
 from fixtures.oracle_views import expected_indptr, expected_path
 from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.subjects import DEVICE_PATH, HOST_PATH
@@ -58,11 +58,7 @@ def check_gated_step(subject, device, config_kwargs, batch, topk, m):
         f"{batch!r} with speculative={speculative}, pin_memory={pin_memory}: took the {step.result.path} path; "
         f"the legality oracle says {path}"
     )
-    launches = step.total_launches
-    if path == "host":
-        assert launches == 0, f"host-path step launched Triton kernels: {dict(step.launches)}"
-    elif batch.num_reqs and batch.max_query_len > 0:
-        assert launches == 1, f"device-path step: expected exactly one seqlen kernel launch, got {dict(step.launches)}"
+    check_seqlen_launches(subject, step, batch)
     assert_int32_equal(builder.buffers()["paged_kv_indptr"], expected_indptr(batch, topk, m), "paged_kv_indptr")
     req_ids = np.zeros(m, np.int32)
     req_ids[: batch.num_actual_tokens] = oracle.req_id_per_token(batch.query_start_loc)

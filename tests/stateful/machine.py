@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fixtures.batches import INT32_MAX, make_batch
-from fixtures.harness import assert_int32_equal, host_int32, new_config, run_step
+from fixtures.harness import assert_int32_equal, check_seqlen_launches, host_int32, new_config, run_step
 from fixtures.oracle_views import expected_indptr, expected_path
 from fixtures.step_strategies import (
     STEP_TOPKS,
@@ -124,6 +124,7 @@ class BuilderMachine(RuleBasedStateMachine):
         self.config = new_config(
             device, M, topk, speculative=self.speculative, pin_memory=self.pin_memory, runtime=self.runtime
         )
+        self.subject = subject
         self.builder = subject.make_builder(self.config)
 
     # ----- one step -------------------------------------------------------
@@ -145,14 +146,7 @@ class BuilderMachine(RuleBasedStateMachine):
             f"step {self.steps}: took the {path} path; the legality oracle says {expected_route} "
             f"(speculative={self.speculative}, pin_memory={self.pin_memory})"
         )
-        if path == "host":
-            want = 0
-        else:
-            want = 1 if batch.num_reqs and batch.max_query_len > 0 else 0
-        assert observed.total_launches == want, (
-            f"step {self.steps} ({path} path): {observed.total_launches} Triton launches "
-            f"{dict(observed.launches)}, expected {want}"
-        )
+        check_seqlen_launches(self.subject, observed, batch, f"step {self.steps}")
         self.expected = expected_buffers(batch, self.topk, M)
         self.after_step(batch)
 
