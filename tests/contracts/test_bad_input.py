@@ -1,5 +1,6 @@
 """Bad input to the suite gets a clear error that names the problem."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 from fixtures.batches import Batch, InvalidBatch, make_batch, validate_batch
-from fixtures.strategies import cases
-from fixtures.subjects import SubjectError, load_subject
+from fixtures.harness import new_config, run_step
+from fixtures.strategies import Case, cases
+from fixtures.subjects import NUM_SPECULATIVE_TOKENS, SubjectError, load_subject
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,9 +42,36 @@ def raw_batch(**fields):
         ({"query_start_loc": np.array([0, 1, 8], np.int32), "max_query_len": 7}, "seq_lens < query_len"),
         ({"seq_lens_cpu_upper_bound": np.array([5, 5], np.int32)}, "below seq_lens"),
         ({"seq_lens_cpu_upper_bound": np.array([5, 6], np.int64)}, "seq_lens_cpu_upper_bound must be int32"),
-        ({"num_prefills": 1}, "num_decodes (2) + num_prefills (1) != num_reqs (2)"),
-        ({"num_decode_tokens": 3}, "num_decode_tokens 3 outside"),
-        ({"query_start_loc": np.array([0, 1, 3], np.int32)}, "max_query_len 1 is below the longest query 2"),
+        # The split must be the one vLLM derives from the query lengths at the threshold.
+        (
+            {"num_prefills": 1},
+            "num_prefills=1 disagrees with the split derived from query_lens [1, 1] at decode_threshold 1 (0)",
+        ),
+        ({"num_decode_tokens": 3}, "num_decode_tokens=3 disagrees with the split derived from query_lens [1, 1]"),
+        (
+            {"num_decodes": 1},
+            "num_decodes=1 disagrees with the split derived from query_lens [1, 1] at decode_threshold 1 (2)",
+        ),
+        (
+            {
+                "query_start_loc": np.array([0, 1, 3], np.int32),
+                "num_decodes": 1,
+                "num_prefills": 1,
+                "num_decode_tokens": 1,
+            },
+            "max_query_len=1 disagrees with the split derived from query_lens [1, 2] at decode_threshold 1 (2)",
+        ),
+        ({"query_start_loc": np.array([0, 1, 3], np.int32)}, "num_decodes=2 disagrees"),
+        (
+            {"query_start_loc": np.array([0, 2, 3], np.int32)},
+            "query_lens (from query_start_loc) [2, 1] is not reordered",
+        ),
+        ({"decode_threshold": 0}, "decode_threshold must be an int >= 1"),
+        # At a speculative threshold two-token queries are decodes: 4 decode tokens, not 2.
+        (
+            {"query_start_loc": np.array([0, 2, 4], np.int32), "max_query_len": 2, "decode_threshold": 4},
+            "num_decode_tokens=2 disagrees with the split derived from query_lens [2, 2] at decode_threshold 4 (4)",
+        ),
     ],
 )
 def test_validator_names_the_field(fields, message):
@@ -56,6 +85,69 @@ def test_valid_batch_passes_and_padding_may_be_shorter_than_query():
     validate_batch(make_batch([3], [0], decode_threshold=3), 3)
 
 
+def test_split_is_derived_not_given():
+    """The split cannot be set by hand: make_batch has no override, and an
+    override of a Batch's field that disagrees with the derived split is named."""
+    batch = make_batch([1, 1, 1, 1], [5, 64, 65, 3000])
+    with pytest.raises(TypeError, match="num_decode_tokens"):
+        make_batch([1, 1, 1, 1], [5, 64, 65, 3000], num_decode_tokens=3)
+    for name, value, derived in (
+        ("num_decodes", 3, 4),
+        ("num_decode_tokens", 3, 4),
+        ("num_prefills", 1, 0),
+        ("max_query_len", 2, 1),
+    ):
+        with pytest.raises(InvalidBatch) as info:
+            validate_batch(dataclasses.replace(batch, **{name: value}), 8)
+        assert str(info.value) == (
+            f"{name}={value} disagrees with the split derived from query_lens [1, 1, 1, 1] "
+            f"at decode_threshold 1 ({derived})"
+        )
+
+
+@pytest.mark.parametrize(
+    "query_lens, threshold, message",
+    [
+        (
+            [5, 1],
+            1,
+            "query_lens [5, 1] is not reordered (decodes first, as vLLM's batch reordering puts them): "
+            "request 1 (query_len 1 <= decode_threshold 1) is a decode after the prefill request 0 (query_len 5)",
+        ),
+        ([1, 2, 1], 1, "request 2 (query_len 1 <= decode_threshold 1) is a decode after the prefill request 1"),
+        ([4, 5, 3], 4, "request 2 (query_len 3 <= decode_threshold 4) is a decode after the prefill request 1"),
+        ([3, 0], 2, "request 1 (query_len 0 <= decode_threshold 2) is a decode after the prefill request 0"),
+    ],
+)
+def test_batch_not_reordered_is_rejected(query_lens, threshold, message):
+    with pytest.raises(InvalidBatch) as info:
+        make_batch(query_lens, [9] * len(query_lens), decode_threshold=threshold)
+    assert message in str(info.value)
+    assert str(info.value).startswith("query_lens ")
+
+
+@pytest.mark.parametrize("speculative, threshold", [(False, 1 + NUM_SPECULATIVE_TOKENS), (True, 1), (True, 2)])
+def test_threshold_must_be_the_configs(speculative, threshold):
+    """vLLM splits every batch at the config's threshold: a batch split at another is refused."""
+    config = new_config("cpu", 8, 4, speculative=speculative)
+    batch = make_batch([1, 1], [5, 6], decode_threshold=threshold)
+    builder = load_subject("reference").make_builder(config)
+    with pytest.raises(InvalidBatch) as info:
+        run_step(builder, batch, config)
+    assert (
+        f"decode_threshold {threshold} of the batch differs from the builder config's decode_threshold "
+        f"{config.decode_threshold} (speculative={speculative})"
+    ) in str(info.value)
+    with pytest.raises(InvalidBatch, match=f"decode_threshold {threshold} of the batch differs"):
+        Case("multi_token_decode", 4, 8, batch, speculative)
+
+
+def test_speculative_config_threshold():
+    assert NUM_SPECULATIVE_TOKENS == 3
+    assert new_config("cpu", 8, 4).decode_threshold == 1
+    assert new_config("cpu", 8, 4, speculative=True).decode_threshold == 1 + NUM_SPECULATIVE_TOKENS
+
+
 def test_make_batch_rejects_bad_lists():
     with pytest.raises(InvalidBatch, match="query_lens has 2 requests but seq_lens has 1"):
         make_batch([1, 1], [4])
@@ -66,10 +158,12 @@ def test_make_batch_rejects_bad_lists():
 
 
 def test_batch_repr_rebuilds_the_batch():
-    batch = make_batch([1, 3], [4, 9], upper_bound=[5, 9], max_query_len=4)
+    batch = make_batch([1, 3], [4, 9], upper_bound=[5, 9], decode_threshold=4)
     rebuilt = eval(repr(batch), {"make_batch": make_batch})
     assert rebuilt == batch
     assert rebuilt.seq_lens_cpu_upper_bound.tolist() == [5, 9]
+    assert (rebuilt.decode_threshold, rebuilt.num_decodes, rebuilt.num_decode_tokens) == (4, 2, 4)
+    assert (rebuilt.num_prefills, rebuilt.max_query_len) == (0, 3)
 
 
 def test_strategies_only_make_valid_batches():
@@ -80,6 +174,7 @@ def test_strategies_only_make_valid_batches():
     def check(case):
         validate_batch(case.batch, case.max_num_batched_tokens)
         assert case.batch.num_actual_tokens <= case.max_num_batched_tokens
+        assert case.batch.decode_threshold == (1 + NUM_SPECULATIVE_TOKENS if case.speculative else 1)
 
     check()
 

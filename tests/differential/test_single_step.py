@@ -21,11 +21,12 @@ from fixtures.oracle_views import (
 )
 from fixtures.runtime import GuardedAllocator
 from fixtures.strategies import BATCH_KINDS, Case, cases
-from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths
+from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
 from oracles import metadata as oracle
 
 CHANGE_SEQ_LENS = [1, 5, 63, 64, 65, 2047, 2048, 2049, 131072]
 INT32_MAX = 2**31 - 1
+SPEC = decode_threshold_for(True)  # a speculative config's decode threshold
 
 
 def decode_case(seq_lens, topk, m=None, **kw):
@@ -43,8 +44,8 @@ PINNED = [
     Case("mixed", 64, 80, make_batch([1, 70], [10, 100])),
     Case("prefill", 3, 130, make_batch([129], [129])),
     Case("padded", 9, 6, make_batch([1, 1, 1], [0, 9, 0])),
-    Case("multi_token_decode", 5, 8, make_batch([3, 1, 2], [3, 9, 40], decode_threshold=3), True),
-    Case("multi_token_decode", 5, 8, make_batch([3, 2], [0, 6], decode_threshold=3), True),
+    Case("multi_token_decode", 5, 8, make_batch([3, 1, 2], [3, 9, 40], decode_threshold=SPEC), True),
+    Case("multi_token_decode", 5, 8, make_batch([4, 2], [0, 6], decode_threshold=SPEC), True),
 ]
 
 

@@ -3,11 +3,25 @@
 The host path is taken if and only if every clause of the legality predicate
 holds: no speculative config, pinned memory, ``seq_lens_cpu_upper_bound``
 present, no prefills, every token a decode token, ``max_query_len == 1``.
-Each clause is switched off alone and the path taken is checked, together
-with the number of Triton launches of the step (zero on a host-path step,
-exactly one, the seqlen kernel, on a device-path step with requests) and the
-whole persistent buffers against the oracle.  On CPU, ``pin_memory=True``
-stands in for pinned memory (CPU torch has none).
+Each clause is switched off the way a scheduler can switch it off, and the
+path taken is checked, together with the number of Triton launches of the
+step (zero on a host-path step, exactly one, the seqlen kernel, on a
+device-path step with requests) and the whole persistent buffers against the
+oracle.  On CPU, ``pin_memory=True`` stands in for pinned memory (CPU torch
+has none).
+
+Which clauses can move alone: vLLM derives the split inside ``build()``
+(``split_decodes_and_prefills`` at ``reorder_batch_threshold``, 1 without a
+speculative config), so a request is a prefill exactly when its query length
+is 2 or more.  ``no_prefills``, ``all_tokens_decode`` and
+``max_query_len_is_one`` therefore fail together, and only together, when a
+request has ``query_len >= 2`` (toggle ``a_prefill``): each of the three
+says "no query longer than 1".  ``max_query_len_is_one`` alone fails on the
+empty batch (``max_query_len`` 0; toggle ``empty_batch``).
+``upper_bound_present``, ``no_speculative_config`` and ``pinned_memory`` are
+independent of the split and are toggled alone (a speculative config's
+batches are split at 1 + ``NUM_SPECULATIVE_TOKENS``, here pure one-token
+decodes, so only its own clause fails).
 """
 
 import numpy as np
@@ -19,31 +33,35 @@ from fixtures.batches import make_batch
 from fixtures.harness import assert_int32_equal, check_seqlen_launches, new_config, run_step
 from fixtures.oracle_views import expected_indptr, expected_path
 from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
-from fixtures.subjects import DEVICE_PATH, HOST_PATH
+from fixtures.subjects import DEVICE_PATH, HOST_PATH, decode_threshold_for
 from oracles import metadata as oracle
 
 M = 8
 TOPK = 64
 SEQ_LENS = [5, 64, 65, 3000]
 CONFIG_TOGGLES = {"speculative_config": dict(speculative=True), "no_pinned_memory": dict(pin_memory=False)}
-# The clause of oracles.metadata.HostPathClauses each toggle breaks.
+# The clauses of oracles.metadata.HostPathClauses each toggle breaks, in the
+# order HostPathClauses.failing() lists them (see the module docstring).
 BROKEN_CLAUSE = {
-    "speculative_config": "no_speculative_config",
-    "no_pinned_memory": "pinned_memory",
-    "no_upper_bound": "upper_bound_present",
-    "max_query_len_2": "max_query_len_is_one",
-    "decode_tokens_differ": "all_tokens_decode",
-    "one_prefill": "no_prefills",
+    "speculative_config": ["no_speculative_config"],
+    "no_pinned_memory": ["pinned_memory"],
+    "no_upper_bound": ["upper_bound_present"],
+    "a_prefill": ["no_prefills", "all_tokens_decode", "max_query_len_is_one"],
+    "empty_batch": ["max_query_len_is_one"],
 }
+assert set(BROKEN_CLAUSE) == {*CONFIG_TOGGLES, *CLAUSE_TOGGLES}
 
 
 def toggled(seq_lens, toggle):
-    """(config kwargs, batch) for a pure-decode batch with the clause ``toggle`` off."""
+    """(config kwargs, batch): the pure-decode ``seq_lens`` with the clauses of
+    ``toggle`` off, split at the decode threshold of the config it runs under."""
     if toggle in CONFIG_TOGGLES:
-        return CONFIG_TOGGLES[toggle], make_batch([1] * len(seq_lens), seq_lens)
+        config_kwargs = CONFIG_TOGGLES[toggle]
+        threshold = decode_threshold_for(config_kwargs.get("speculative", False))
+        return config_kwargs, make_batch([1] * len(seq_lens), seq_lens, decode_threshold=threshold)
     if toggle is None:
         return {}, make_batch([1] * len(seq_lens), seq_lens)
-    return {}, toggle_clause([1] * len(seq_lens), seq_lens, toggle)
+    return {}, toggle_clause(seq_lens, toggle)
 
 
 def check_gated_step(subject, device, config_kwargs, batch, topk, m):
@@ -81,8 +99,8 @@ def test_each_clause_alone_gates_the_host_path(subject, device, toggle):
         num_actual_tokens=batch.num_actual_tokens,
         max_query_len=batch.max_query_len,
     )
-    # The toggle breaks exactly the clause it names, and nothing else.
-    assert clauses.failing() == ([] if toggle is None else [BROKEN_CLAUSE[toggle]])
+    # The toggle breaks exactly the clauses it is listed with, and nothing else.
+    assert clauses.failing() == ([] if toggle is None else BROKEN_CLAUSE[toggle])
     path = check_gated_step(subject, device, config_kwargs, batch, TOPK, M)
     assert path == ("host" if toggle is None else "device")
 
@@ -96,7 +114,8 @@ def test_each_clause_alone_gates_the_host_path(subject, device, toggle):
     toggle=st.sampled_from([None, *CONFIG_TOGGLES, *CLAUSE_TOGGLES]),
     topk=st.sampled_from([1, 2, 64, 2048]),
 )
-@example(seq_lens=[1], toggle="decode_tokens_differ", topk=1)
+@example(seq_lens=[1], toggle="a_prefill", topk=1)
+@example(seq_lens=[1], toggle="empty_batch", topk=1)
 def test_path_and_launches_follow_the_predicate(subject, device, seq_lens, toggle, topk):
     config_kwargs, batch = toggled(seq_lens, toggle)
     check_gated_step(subject, device, config_kwargs, batch, topk, M)
@@ -109,7 +128,7 @@ def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
     from what the device path computes from seq_lens, which is why a
     speculative config must keep the device path."""
     seq_lens, bound = [5, 64, 3000], [7, 66, 3001]
-    batch = make_batch([1, 1, 1], seq_lens, upper_bound=bound)
+    batch = make_batch([1, 1, 1], seq_lens, upper_bound=bound, decode_threshold=decode_threshold_for(True))
     host_formula = oracle.host_decode_indptr(batch.seq_lens_cpu_upper_bound, TOPK, M + 1)
     truth = expected_indptr(batch, TOPK, M)
     assert np.any(host_formula != truth), "the overstated bound must change the host formula's result"
@@ -127,7 +146,10 @@ def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
 @settings(max_examples=60)
 @given(
     batch=st.one_of(
-        overstated_bound_decode(M), st.lists(context_lens(), max_size=M).map(lambda s: make_batch([1] * len(s), s))
+        overstated_bound_decode(M),
+        st.lists(context_lens(), max_size=M).map(
+            lambda s: make_batch([1] * len(s), s, decode_threshold=decode_threshold_for(True))
+        ),
     ),
     topk=st.sampled_from([1, 2, 64, 2048]),
 )

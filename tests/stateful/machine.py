@@ -45,14 +45,26 @@ from fixtures.step_strategies import (
     pure_decode,
 )
 from fixtures.stream_model import OnModelDevice, StreamModelRuntime
-from fixtures.subjects import HOST_PATH
+from fixtures.subjects import HOST_PATH, decode_threshold_for
 from oracles import metadata as oracle
 
 M = 6  # max_num_batched_tokens of every machine: small grids, n == M reachable
+SPEC = decode_threshold_for(True)  # the decode threshold of a speculative config
 # Builder configs: mostly one that may take the host path (the stateful part);
 # a speculative config or no pinned memory takes the device path on every step.
 CONFIG_KINDS = ("host_capable",) * 6 + ("speculative", "no_pinned_memory")
 BUFFERS = ("paged_kv_indptr", "req_id_per_token", "qo_indptr", "paged_kv_last_page_len")
+
+
+# Every batch is split at the decode threshold of the builder's config, as vLLM
+# splits it: the rules that draw a batch come in pairs, one per threshold.
+def at_threshold_one(self) -> bool:
+    return self.builder is not None and not self.speculative
+
+
+def at_speculative_threshold(self) -> bool:
+    return self.builder is not None and self.speculative
+
 
 _SESSION: dict = {}
 
@@ -157,17 +169,28 @@ class BuilderMachine(RuleBasedStateMachine):
         pass
 
     # ----- rules: the kinds of step -----------------------------------------
-    @rule(batch=pure_decode(M))
-    def decode(self, batch):
+    # A rule and its speculative_ twin differ only in the threshold their
+    # batches are split at (1, or 1 + NUM_SPECULATIVE_TOKENS): see at_threshold_one.
+    def decode_step(self, batch) -> None:
         self.step(batch)
         self.last_decode = batch.seq_lens.tolist()
+
+    @precondition(at_threshold_one)
+    @rule(batch=pure_decode(M))
+    def decode(self, batch):
+        self.decode_step(batch)
+
+    @precondition(at_speculative_threshold)
+    @rule(batch=pure_decode(M, decode_threshold=SPEC))
+    def speculative_decode(self, batch):
+        self.decode_step(batch)
 
     def continue_decode(self, n: int, how: str) -> None:
         """The next decode step of the running requests: each context grows by
         one token; requests past the first ``n`` finish, new ones join."""
         prev = self.last_decode
         seqs = [min(s + 1, INT32_MAX) for s in prev[:n]] + list(range(1, n - len(prev) + 1))
-        batch = make_batch([1] * n, seqs)
+        batch = make_batch([1] * n, seqs, decode_threshold=self.config.decode_threshold)
         note(f"{how}: {batch!r}")
         self.step(batch)
         self.last_decode = seqs
@@ -187,19 +210,37 @@ class BuilderMachine(RuleBasedStateMachine):
     def decode_keep(self):
         self.continue_decode(len(self.last_decode), "decode_keep()")
 
+    @precondition(at_threshold_one)
     @rule(batch=padded_decode(M))
     def padded(self, batch):
         self.step(batch)
 
-    @rule(batch=st.one_of(mixed(M), prefill_only(M), multi_token_decode(M), clause_toggled_decode(M)))
-    def non_decode(self, batch):
-        """A mixed, prefill-only or multi-token decode step, or a pure-decode
-        batch with one host-path clause off: never the host path.  One rule
-        for all of them keeps device-path steps (a Triton launch each, slow in
-        the interpreter) to about a quarter of the steps."""
+    @precondition(at_speculative_threshold)
+    @rule(batch=padded_decode(M, decode_threshold=SPEC))
+    def speculative_padded(self, batch):
         self.step(batch)
 
-    @precondition(lambda self: self.builder is not None and self.speculative)
+    @precondition(at_threshold_one)
+    @rule(batch=st.one_of(mixed(M), prefill_only(M), clause_toggled_decode(M)))
+    def non_decode(self, batch):
+        """A mixed or prefill-only step, or a pure-decode batch with host-path
+        clauses switched off the way a scheduler can (a prefill, the empty
+        batch, no upper bound): never the host path.  One rule for all of them
+        keeps device-path steps (a Triton launch each, slow in the
+        interpreter) to about a quarter of the steps."""
+        self.step(batch)
+
+    @precondition(at_speculative_threshold)
+    @rule(
+        batch=st.one_of(mixed(M, decode_threshold=SPEC), prefill_only(M, decode_threshold=SPEC), multi_token_decode(M))
+    )
+    def speculative_non_decode(self, batch):
+        """Under a speculative config: a mixed or prefill-only step (prefills
+        longer than the threshold) or multi-token decodes (query lengths up to
+        1 + NUM_SPECULATIVE_TOKENS)."""
+        self.step(batch)
+
+    @precondition(at_speculative_threshold)
     @rule(batch=overstated_bound_decode(M))
     def async_speculative_decode(self, batch):
         """Only a speculative config sees an overstated seq_lens_cpu_upper_bound."""
