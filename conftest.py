@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
-from fixtures import stack  # noqa: E402
+from fixtures import stack, vllm_overlay  # noqa: E402
 from fixtures.devices import resolve_device  # noqa: E402
 from fixtures.gating import (  # noqa: E402
     NOT_APPLICABLE,
@@ -86,6 +86,20 @@ def pytest_addoption(parser):
         help=f"capability the subject must have (repeatable); one of {sorted(CAPABILITIES)}",
     )
     group.addoption(
+        "--vllm-overlay",
+        default=None,
+        metavar="DIR",
+        help="run vLLM with the Python files under DIR/vllm/ in place of the installed ones "
+        "(a vLLM checkout, or a folder of changed files in vLLM's layout); the installed package is not modified",
+    )
+    group.addoption(
+        "--vllm-overlay-missing",
+        default="error",
+        choices=("error", "skip"),
+        help="when the --vllm-overlay folder does not exist: error (default), or skip the whole run with a "
+        "line saying why (CI's default overlay); under --strict-gating always an error",
+    )
+    group.addoption(
         "--expect",
         action="append",
         default=[],
@@ -103,9 +117,17 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     if device == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError("--device cuda was requested but torch sees no GPU (CUDA or ROCm)")
+    overlay = config.getoption("--vllm-overlay")
+    if overlay and not os.path.exists(overlay):
+        strict = config.getoption("--strict-gating")
+        if config.getoption("--vllm-overlay-missing") == "skip" and not strict:
+            pytest.exit(f"skipped: --vllm-overlay {overlay} does not exist; this verification did not run", 0)
+        raise pytest.UsageError(f"--vllm-overlay {overlay} does not exist" + (" (--strict-gating)" if strict else ""))
     try:
+        if overlay:
+            vllm_overlay.install(overlay)
         subject = load_subject(config.getoption("--subject"))
-    except SubjectError as exc:
+    except (SubjectError, vllm_overlay.OverlayError) as exc:
         raise pytest.UsageError(str(exc)) from None
     unknown = sorted(set(config.getoption("--require")) - CAPABILITIES)
     if unknown:
