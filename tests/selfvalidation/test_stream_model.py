@@ -99,6 +99,65 @@ def test_triton_launch_drains_the_queue_first():
     assert out.tolist() == [3, 4, 5, 6]
 
 
+# ----- what real code does: Tensor.copy_ and host tensors the model never made -----
+def test_a_subjects_own_non_blocking_upload_is_queued_and_guarded_like_runtime_copy():
+    """vLLM uploads with ``device.copy_(host, non_blocking=True)`` and writes the host
+    buffer through numpy: the model queues that copy and catches a rewrite before it ran."""
+    rt, _, dev = runtime_with_buffers()
+    staging = torch.zeros(4, dtype=torch.int32)  # host memory the runtime did not allocate
+    staging.numpy()[:] = [1, 2, 3, 4]
+    with rt.running():
+        rt.step = 1
+        dev.copy_(staging, non_blocking=True)
+        assert rt.pending == 1
+        staging.numpy()[0] = 7  # numpy view of the host buffer: invisible to torch, seen at execution
+    assert dev.tolist() == [0, 0, 0, 0]  # read outside the model: memory as it is now
+    rt.step = 2
+    with pytest.raises(PendingReadViolation, match=r"issued at step 1 and executed at step 2; indices \[0\]"):
+        rt.synchronize()
+
+
+def test_a_blocking_upload_drains_the_stream_and_runs_at_once():
+    rt, host, dev = runtime_with_buffers()
+    other = torch.zeros(4, dtype=torch.int32)
+    rt.adopt_device_buffers({"other": other})
+    source = torch.tensor([4, 3, 2, 1], dtype=torch.int32)
+    with rt.running():
+        rt.copy_(other, host)
+        dev.copy_(source)  # no non_blocking: the host waits for the stream, then copies
+        assert rt.pending == 0 and dev.tolist() == [4, 3, 2, 1]
+
+
+def test_host_tensors_the_model_never_saw_never_drain_the_stream():
+    """Metadata ``*_cpu`` fields, the upper bound and numpy views are host memory:
+    reading them leaves queued device work queued."""
+    import numpy as np
+
+    rt, host, dev = runtime_with_buffers()
+    bound = torch.from_numpy(np.array([5, 9, 3], dtype=np.int32))
+    with rt.running():
+        rt.copy_(dev, host)
+        clamped = np.minimum(bound[:2].numpy(), 4)
+        starts = np.asarray(bound, dtype=np.int32)
+        total = bound.sum() + torch.tensor(1)
+        assert rt.pending == 1
+    assert clamped.tolist() == [4, 4] and starts.tolist() == [5, 9, 3] and int(total) == 18
+
+
+def test_a_factory_makes_device_memory_only_when_told_a_device():
+    rt, host, dev = runtime_with_buffers()
+    with rt.running():
+        on_device = torch.zeros(2, dtype=torch.int32, device="cpu")
+        on_host = torch.zeros(2, dtype=torch.int32)
+        rt.copy_(dev, host)
+        on_device.fill_(3)  # device memory: queued behind the copy
+        on_host.fill_(5)  # host memory: runs at once
+        assert rt.pending == 2
+    assert on_device.tolist() == [0, 0] and on_host.tolist() == [5, 5]
+    rt.synchronize()
+    assert on_device.tolist() == [3, 3]
+
+
 # Two pure-decode host-path steps whose pinned contents differ, then the stream is synchronised.
 PROGRAM = [make_batch([1, 1], [5, 9]), make_batch([1, 1], [6, 10])]
 
