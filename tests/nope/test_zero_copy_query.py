@@ -26,7 +26,16 @@ import torch
 from hypothesis import event, example, given, note
 
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
-from fixtures.nope_harness import ForwardRun, is_sentinel, new_forward, run_forward, same_place, storage_bytes
+from fixtures.nope_harness import (
+    ForwardRun,
+    assert_bits_equal,
+    is_sentinel,
+    new_forward,
+    pass_over_path_finding,
+    run_forward,
+    same_place,
+    storage_bytes,
+)
 from fixtures.subjects import NOPE_FORWARD, NOPE_ZERO_COPY
 from oracles import nope as oracle
 
@@ -62,22 +71,6 @@ if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
     # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The raw bits of ``t`` as integers (so -0.0 != 0.0 and NaN == NaN by pattern)."""
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def assert_bits_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    if actual.dtype != expected.dtype or actual.shape != expected.shape:
-        raise AssertionError(f"{what}: got {actual.dtype} {tuple(actual.shape)}, expected {expected.dtype} "
-                             f"{tuple(expected.shape)}")  # fmt: skip
-    diff = (bits(actual) != bits(expected)).nonzero()
-    if len(diff):
-        i = tuple(diff[0].tolist())
-        raise AssertionError(f"{what}: {len(diff)} elements differ; first at {i}: got {actual[i].item()!r}, "
-                             f"expected {expected[i].item()!r}")  # fmt: skip
 
 
 def expected_path(c: ForwardCase, ql: torch.Tensor, subject) -> str:
@@ -172,6 +165,8 @@ def test_forward_query_paths(c, subject, device):
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
     run = run_forward(config, forward, ql, inputs)
+    if run.result.path != path and pass_over_path_finding(subject, c, ql, run.result.path, path):
+        return
     assert run.result.path == path, f"took the {run.result.path!r} path; the legality oracle says {path!r}"
     query = oracle_query(c, values, inputs.q_pe)
     check_query_handed_down(c, forward, ql, run, path, query)
