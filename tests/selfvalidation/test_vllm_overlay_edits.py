@@ -1,0 +1,49 @@
+"""The catalogue's stateful bugs, written into the real post-change file, are caught.
+
+Each edit of :mod:`fixtures.mutants.vllm_edits` is applied to a copy of the
+overlay given with ``--vllm-overlay`` (in a temporary folder), and the
+stateful and gating properties run against ``--subject vllm`` with that copy
+as the overlay, under the ``mutants`` profile (generated examples only, no
+pinned ones): a property must fail.  Needs vLLM installed and
+``--vllm-overlay`` (``tox -e vllm`` passes both); otherwise not applicable.
+"""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from fixtures.killmatrix import run_pytest
+from fixtures.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
+
+# Stateful first: with -x most edits die there, before the slower gating table runs.
+PATHS = ("tests/stateful", "tests/gating")
+
+
+@pytest.fixture(scope="module")
+def overlay(pytestconfig):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+    folder = pytestconfig.getoption("--vllm-overlay")
+    if not folder:
+        pytest.skip("not applicable: no --vllm-overlay given (tox -e vllm gives ../shared/vllm-pr where it exists)")
+    return Path(folder)
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_the_edit_is_caught_through_the_real_file(overlay, tmp_path, name):
+    edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
+    proc = run_pytest("vllm", *PATHS, profile="mutants", extra=("-x", "-m", "verification", f"--vllm-overlay={edited}"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
+    assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
+    assert f"--vllm-overlay={edited}" in out, "the failure's reproducer must name the edited overlay"
+
+
+def test_an_edit_whose_snippet_is_gone_is_an_error():
+    edit = EDITS["no_event_wait"]
+    with pytest.raises(EditDoesNotApply, match="no_event_wait.*0 times"):
+        apply_edit("a file without the snippet\n", edit)
+    with pytest.raises(EditDoesNotApply, match="2 times"):
+        apply_edit(edit.old * 2, edit)
