@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Render a pytest-benchmark JSON file into a Markdown report and a PNG plot.
+"""Render pytest-benchmark JSON files into one Markdown report and one PNG plot.
 
     python tools/bench_report.py reports/bench-bench.json --out reports/bench-bench
+    python tools/bench_report.py ref.json vllm.json --out /tmp/bench/report
 
 writes ``OUT.md`` (tables: build() time per step, host vs device path, by n
-and M, with Triton launches per step; NoPE query assembly, copy vs zero-copy)
-and ``OUT.png`` (time per step against n, both paths, one line per M).  The
-PNG needs matplotlib; without it the Markdown is still written and says so.
-Only the standard library is needed otherwise.
+and M, with Triton launches per step, one table per subject and, with more
+than one subject, a side-by-side table; the host path's wait with the GPU
+stream stalled; NoPE query assembly, copy vs zero-copy) and ``OUT.png`` (time
+per step against n: one series per subject, path and M).  Subjects are told
+apart by ``extra_info["subject_label"]`` (e.g. ``vllm 0.33.0 + overlay
+vllm-pr``), else ``extra_info["subject"]``.  Several JSON files are merged; a
+benchmark present in more than one (same test id, subject and device) is
+taken from the last file given, and the report says how many were replaced.  The PNG
+needs matplotlib; without it the Markdown is still written and says so.  Only
+the standard library is needed otherwise.
 
 ``--stat`` picks the statistic of the rounds shown (default ``min``, the
 least disturbed by other load on a shared machine; ``median`` is the other
@@ -39,8 +46,65 @@ def load(path: Path) -> dict:
     return data
 
 
+UNNAMED_SUBJECT = "(subject not recorded)"
+
+
+# Set by render() when the merged files hold runs on more than one device: subjects are then
+# told apart per device too ("reference (cpu)", "reference (cuda)").
+SHOW_DEVICE = False
+
+
+def subject_of(bench: dict) -> str:
+    info = bench.get("extra_info", {})
+    label = info.get("subject_label") or info.get("subject") or UNNAMED_SUBJECT
+    return f"{label} ({info.get('device', '?')})" if SHOW_DEVICE else label
+
+
+def merge(sources: list[tuple[Path, dict]]) -> dict:
+    """One pytest-benchmark-like dict from several files; a later file's benchmark replaces an earlier one's."""
+    if len(sources) == 1:
+        return sources[0][1]
+    merged: dict[tuple, dict] = {}
+    replaced = 0
+    for path, data in sources:
+        for b in data["benchmarks"]:
+            info = b.get("extra_info", {})
+            key = (
+                b.get("fullname") or json.dumps(info, sort_keys=True, default=str),
+                subject_of(b),
+                info.get("device"),
+            )
+            replaced += key in merged
+            merged.pop(key, None)
+            merged[key] = {**b, "source": str(path)}
+    first = sources[0][1]
+    return {
+        "machine_info": first.get("machine_info", {}),
+        "datetime": first.get("datetime", "?"),
+        "benchmarks": list(merged.values()),
+        "sources": [
+            {"path": str(path), "datetime": data.get("datetime", "?"), "machine": machine_name(data)}
+            for path, data in sources
+        ],
+        "replaced": replaced,
+    }
+
+
+def machine_name(data: dict) -> str:
+    machine = data.get("machine_info", {})
+    return machine.get("cpu", {}).get("brand_raw", machine.get("processor", "?"))
+
+
 def by_kind(data: dict, kind: str) -> list[dict]:
     return [b for b in data["benchmarks"] if b.get("extra_info", {}).get("kind") == kind]
+
+
+def by_subject(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows per subject, subjects in order of first appearance."""
+    out: dict[str, list[dict]] = {}
+    for b in rows:
+        out.setdefault(subject_of(b), []).append(b)
+    return out
 
 
 STAT = "min"
@@ -76,6 +140,60 @@ def build_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def side_by_side_table(rows: list[dict]) -> list[str]:
+    """One row per (M, n): every subject's host and device path time (the chosen statistic)."""
+    subjects = list(by_subject(rows))
+    cells: dict[tuple[int, int], dict[tuple[str, str], dict]] = defaultdict(dict)
+    for b in rows:
+        info = b["extra_info"]
+        cells[(info["m"], info["n"])][(subject_of(b), info["path"])] = b
+    columns = [(subject, path) for path in ("host", "device") for subject in subjects]
+    lines = [
+        "| M | n | " + " | ".join(f"{subject}, {path} ({STAT})" for subject, path in columns) + " |",
+        "| ---: | ---: | " + " | ".join("---:" for _ in columns) + " |",
+    ]
+    for (m, n), found in sorted(cells.items()):
+        lines.append(f"| {m} | {n} | " + " | ".join(fmt_time(stat(found.get(c))) for c in columns) + " |")
+    return lines
+
+
+def fmt_opt(info: dict, key: str) -> str:
+    return fmt_time(info[key]) if isinstance(info.get(key), int | float) else "—"
+
+
+def stall_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| subject | stall queued | M | n | stall (measured) | build() host time (min / median) "
+        "| event wait (min / median / max) | waits per round | stall still running after build() |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    order = {subject: i for i, subject in enumerate(by_subject(rows))}
+
+    def key(b):
+        info = b["extra_info"]
+        return (order[subject_of(b)], info.get("stall", ""), info["m"], info["n"])
+
+    for b in sorted(rows, key=key):
+        info = b["extra_info"]
+        waits = (
+            f"{info['waits_per_round_min']}–{info['waits_per_round_max']}"
+            if info.get("waits_per_round_min") != info.get("waits_per_round_max")
+            else str(info.get("waits_per_round_min", "—"))
+        )
+        pending = (
+            f"{info['stall_pending_after_build']} / {info['rounds']}"
+            if "stall_pending_after_build" in info and "rounds" in info
+            else "—"
+        )
+        lines.append(
+            f"| {subject_of(b)} | {info.get('stall', '?').replace('_', ' ')} | {info['m']} | {info['n']} "
+            f"| {fmt_opt(info, 'stall_measured_s')} | {both(b)} "
+            f"| {fmt_opt(info, 'wait_min_s')} / {fmt_opt(info, 'wait_median_s')} / {fmt_opt(info, 'wait_max_s')} "
+            f"| {waits} | {pending} |"
+        )
+    return lines
+
+
 def nope_table(rows: list[dict]) -> list[str]:
     cells: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
     for b in rows:
@@ -94,6 +212,13 @@ def nope_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+SERIES_COLORS = {
+    "host": ["tab:blue", "tab:green", "tab:purple", "tab:cyan"],
+    "device": ["tab:red", "tab:orange", "tab:brown", "tab:pink"],
+}
+SUBJECT_MARKERS = ["o", "s", "^", "D"]
+
+
 def plot(rows: list[dict], out: Path) -> str:
     try:
         import matplotlib
@@ -102,59 +227,87 @@ def plot(rows: list[dict], out: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no plot (tox -e bench installs it)."
-    series: dict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
+    subjects = list(by_subject(rows))
+    series: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
     for b in rows:
         info = b["extra_info"]
-        series[(info["path"], info["m"])].append((info["n"], stat(b)))
-    ms = sorted({m for _, m in series})
+        series[(subject_of(b), info["path"], info["m"])].append((info["n"], stat(b)))
+    ms = sorted({m for _, _, m in series})
     styles = ["-", "--", ":", "-."]
-    colors = {"host": "tab:blue", "device": "tab:red"}
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    for (path, m), points in sorted(series.items()):
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=120)
+    for (subject, path, m), points in sorted(series.items(), key=lambda kv: (subjects.index(kv[0][0]), kv[0][1:])):
         points.sort()
+        i = subjects.index(subject)
+        palette = SERIES_COLORS.get(path, ["black"])
         xs, ys = [p[0] for p in points], [p[1] * 1e3 for p in points]
         ax.plot(
             xs,
             ys,
             styles[ms.index(m) % len(styles)],
-            color=colors.get(path, "black"),
-            marker="o",
-            label=f"{path} path, M={m}",
+            color=palette[i % len(palette)],
+            marker=SUBJECT_MARKERS[i % len(SUBJECT_MARKERS)],
+            label=f"{path} path, M={m}" if len(subjects) == 1 else f"{subject}: {path} path, M={m}",
         )
-    device = rows[0]["extra_info"]["device"]
+    devices = {b["extra_info"].get("device") for b in rows}
     ax.set_xscale("log", base=2)
     ns = sorted({n for points in series.values() for n, _ in points})
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_yscale("log")
     ax.set_xlabel("n = decode tokens in the step")
     ax.set_ylabel(f"time per build() step, {STAT} over rounds [ms]")
-    note = " (CPU: host-side cost; device path = Triton interpreter)" if device == "cpu" else " (GPU, synchronised)"
-    ax.set_title(f"build() per pure-decode step: host vs device path{note}", fontsize=10)
+    if devices == {"cpu"}:
+        note = " (CPU: host-side cost; device path = Triton interpreter)"
+    elif devices == {"cuda"}:
+        note = " (GPU, synchronised)"
+    else:
+        note = " (CPU and GPU runs mixed)"
+    who = "" if len(subjects) == 1 else "\n" + " vs ".join(subjects)
+    ax.set_title(f"build() per pure-decode step: host vs device path{note}{who}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2 if len(series) > 6 else 1)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
     return f"![time per step against n]({out.name})"
 
 
+def header(data: dict) -> list[str]:
+    if "sources" not in data:
+        machine = data.get("machine_info", {})
+        return [
+            f"Machine: {machine_name(data)}, Python {machine.get('python_version', '?')}; "
+            f"run {data.get('datetime', '?')}."
+        ]
+    lines = ["Merged from:", ""]
+    lines += [f"- `{src['path']}`: {src['machine']}; run {src['datetime']}." for src in data["sources"]]
+    if data.get("replaced"):
+        lines += ["", f"{data['replaced']} benchmark(s) present in more than one file were taken from the last one."]
+    return lines + [""]
+
+
+def timed_notes(rows: list[dict]) -> list[str]:
+    timed = sorted({b["extra_info"]["timed"] for b in rows if b["extra_info"].get("timed")})
+    return [f"Timed: `{t}`." for t in timed]
+
+
 def render(data: dict, out: Path) -> str:
-    machine = data.get("machine_info", {})
+    global SHOW_DEVICE
+    SHOW_DEVICE = len({b.get("extra_info", {}).get("device") for b in data["benchmarks"]} - {None}) > 1
     build = by_kind(data, "build_step")
+    stalled = by_kind(data, "stalled_wait")
     nope = by_kind(data, "nope_query_standin")
     lines = [
         "# Benchmark report",
         "",
-        f"Machine: {machine.get('cpu', {}).get('brand_raw', machine.get('processor', '?'))}, "
-        f"Python {machine.get('python_version', '?')}; run {data.get('datetime', '?')}.",
+        *header(data),
         f"Times: min / median over the rounds pytest-benchmark ran, after warm-up steps; ratios and the "
         f"plot use the {STAT}.",
         "",
     ]
     if build:
-        device = build[0]["extra_info"]["device"]
+        devices = {b["extra_info"].get("device") for b in build}
         lines += ["## build() per pure-decode step", ""]
-        if device == "cpu":
+        if "cpu" in devices:
             lines += [
                 "CPU run: host-side cost only. The device path's kernel runs under the Triton "
                 "interpreter (one program per decode request), so its times say nothing about GPU "
@@ -162,9 +315,30 @@ def render(data: dict, out: Path) -> str:
                 "host work (numpy cumsum and the M + 1 staging buffer).",
                 "",
             ]
-        else:
+        if devices - {"cpu"}:
             lines += ["GPU run: each timed step ends with a device synchronisation.", ""]
-        lines += build_table(build) + ["", plot(build, out.with_suffix(".png")), ""]
+        groups = by_subject(build)
+        for subject, rows in groups.items():
+            if len(groups) > 1 or subject != UNNAMED_SUBJECT:
+                lines += [f"### {subject}", "", *timed_notes(rows), ""]
+            lines += build_table(rows) + [""]
+        if len(groups) > 1:
+            lines += ["### Side by side", "", *side_by_side_table(build), ""]
+        lines += [plot(build, out.with_suffix(".png")), ""]
+    if stalled:
+        lines += [
+            "## Host path's event wait with the GPU stream stalled",
+            "",
+            "Each round: the previous host-path step (its upload and event), then `torch.cuda._sleep` "
+            "queued on the stream after that upload (`after upload`; the control `before upload` queues "
+            "it before, so the event is behind the stall); then the next build() is timed on the host, "
+            "without synchronisation. The event wait is timed separately inside build() (per round: "
+            "min / median / max). Last column: rounds in which the stall was still running when build() "
+            "returned.",
+            "",
+            *stall_table(stalled),
+            "",
+        ]
     if nope:
         lines += [
             "## NoPE query assembly, copy vs zero-copy (local stand-in, not a subject's forward)",
@@ -172,14 +346,16 @@ def render(data: dict, out: Path) -> str:
             *nope_table(nope),
             "",
         ]
-    if not build and not nope:
+    if not build and not stalled and not nope:
         lines.append("No benchmarks of a known kind in this file.")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("json", type=Path, help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument(
+        "json", type=Path, nargs="+", help="pytest-benchmark JSON (--benchmark-json); several are merged"
+    )
     parser.add_argument("--out", type=Path, required=True, help="output prefix: writes OUT.md and OUT.png")
     parser.add_argument(
         "--stat", choices=("min", "median", "mean"), default="min", help="statistic for ratios and plot"
@@ -188,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     global STAT
     STAT = args.stat
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    text = render(load(args.json), args.out)
+    text = render(merge([(path, load(path)) for path in args.json]), args.out)
     args.out.with_suffix(".md").write_text(text)
     print(text)
     return 0
