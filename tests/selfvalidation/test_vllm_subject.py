@@ -346,6 +346,17 @@ def test_differential_properties_catch_a_wrong_vllm_fixture_value():
     assert "paged_kv_indptr" in out and f"--subject={spec}" in out, out[-3000:]
 
 
+def test_expecting_aiter_with_the_stand_in_in_place_is_a_clear_usage_error():
+    """On CPU the subject puts its AITER stand-in into sys.modules; --expect aiter then
+    stops the run with the probe's answer (exit 4), never an internal error."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+    proc = run_suite("vllm", "tests/differential", extra=("--co", "--device=cpu", "--expect=aiter"))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "aiter: sys.modules['aiter'] is this suite's CPU stand-in, not AMD AITER" in proc.stderr
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
+
+
 def test_vllm_subject_is_registered():
     from fixtures.subjects import KNOWN_SUBJECTS
 
