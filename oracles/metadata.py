@@ -23,19 +23,30 @@ def query_lens(query_start_loc) -> np.ndarray:
     return np.diff(_as_int64(query_start_loc))
 
 
-def sparse_seqlens(query_start_loc, seq_lens, topk: int) -> np.ndarray:
+def sparse_seqlens(query_start_loc, seq_lens, topk: int, num_tokens: int | None = None) -> np.ndarray:
     """Number of keys each query token attends, one entry per token.
 
     A request with context length ``s`` and query length ``q`` owns ``q`` tokens;
     the token at offset ``o`` sees ``min(s - q + o + 1, topk)`` keys.  A request
-    with ``s == 0`` is padding and gives 0 for all its tokens.
+    with tokens has ``s >= q`` (``seq_len = num_computed + num_scheduled``); a
+    CUDA-graph pad request has ``q == 0`` and owns no token.  ``num_tokens``
+    (default ``query_start_loc[-1]``) is the metadata's ``num_actual_tokens``:
+    the pad tokens past ``query_start_loc[-1]`` belong to no request and see 0
+    keys.
     """
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
     out = []
     for s, q in zip(_as_int64(seq_lens).tolist(), query_lens(query_start_loc).tolist(), strict=True):
+        if q and s < q:
+            raise ValueError(f"a request of {q} tokens has seq_len {s} < query_len: no scheduler produces it")
         for o in range(q):
-            out.append(0 if s == 0 else min(s - q + o + 1, topk))
+            out.append(min(s - q + o + 1, topk))
+    scheduled = len(out)
+    n = scheduled if num_tokens is None else int(num_tokens)
+    if n < scheduled:
+        raise ValueError(f"num_tokens {n} is below the {scheduled} tokens of the requests")
+    out.extend([0] * (n - scheduled))
     return np.asarray(out, dtype=np.int64).astype(np.int32)
 
 
@@ -68,9 +79,16 @@ def host_decode_indptr(seq_lens_upper_bound, topk: int, buffer_len: int) -> np.n
 
 
 def req_id_per_token(query_start_loc) -> np.ndarray:
-    """Request index of each token: ``repeat(arange(num_reqs), query_lens)``."""
+    """Request index of each scheduled token: ``repeat(arange(num_reqs), query_lens)``
+    (``query_start_loc[-1]`` entries; pad tokens past it belong to no request)."""
     lens = query_lens(query_start_loc)
     return np.repeat(np.arange(lens.size, dtype=np.int64), lens).astype(np.int32)
+
+
+def host_decode_req_ids(num_tokens: int) -> np.ndarray:
+    """What the host path writes on a pure-decode step: ``0..n-1`` for all ``n``
+    tokens, CUDA-graph pad tokens included (one token per request)."""
+    return np.arange(num_tokens, dtype=np.int32)
 
 
 def qo_indptr(num_tokens: int) -> np.ndarray:

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def raw_batch(**fields):
+    """Two one-token decodes; ``num_actual_tokens`` defaults to ``query_start_loc[-1]``."""
     base = dict(
         query_start_loc=np.array([0, 1, 2], np.int32),
         seq_lens=np.array([5, 6], np.int32),
@@ -25,6 +26,24 @@ def raw_batch(**fields):
         num_decode_tokens=2,
         num_prefills=0,
         max_query_len=1,
+    )
+    base.update(fields)
+    base.setdefault("num_actual_tokens", int(base["query_start_loc"][-1]))
+    return Batch(**base)
+
+
+def padded_batch(**fields):
+    """One real one-token decode padded to a graph of 3 (two pad requests), as
+    the GPU model runner pads it; ``fields`` override."""
+    base = dict(
+        query_start_loc=np.array([0, 1, 1, 1], np.int32),
+        seq_lens=np.array([5, 0, 0], np.int32),
+        seq_lens_cpu_upper_bound=np.array([5, 0, 0], np.int32),
+        num_decodes=3,
+        num_decode_tokens=3,
+        num_prefills=0,
+        max_query_len=1,
+        num_actual_tokens=3,
     )
     base.update(fields)
     return Batch(**base)
@@ -38,8 +57,37 @@ def raw_batch(**fields):
         ({"query_start_loc": np.array([1, 1, 2], np.int32)}, "query_start_loc must start at 0"),
         ({"query_start_loc": np.array([0, 2, 1], np.int32)}, "query_start_loc is not monotonic"),
         ({"query_start_loc": np.array([0, 1], np.int32)}, "query_start_loc has 2 entries"),
-        ({"query_start_loc": np.array([0, 1, 9], np.int32), "max_query_len": 8}, "exceeds max_num_batched_tokens"),
+        (
+            {"query_start_loc": np.array([0, 1, 9], np.int32), "max_query_len": 8},
+            "num_actual_tokens = 9 exceeds max_num_batched_tokens 8",
+        ),
+        ({"num_actual_tokens": 9}, "num_actual_tokens = 9 exceeds max_num_batched_tokens 8"),
+        ({"num_actual_tokens": 1}, "num_actual_tokens = 1 is below query_start_loc[-1] = 2"),
+        ({"num_actual_tokens": 2.0}, "num_actual_tokens must be an int"),
         ({"query_start_loc": np.array([0, 1, 8], np.int32), "max_query_len": 7}, "seq_lens < query_len"),
+        # Only a CUDA-graph pad request (query_len 0, after the real ones) has seq_len 0.
+        (
+            {"seq_lens": np.array([5, 0], np.int32), "seq_lens_cpu_upper_bound": np.array([5, 0], np.int32)},
+            "seq_lens is 0 for request(s) 1 with tokens: only a CUDA-graph pad request "
+            "(query_len 0, after the real ones) has no context",
+        ),
+        # Padding only as the runner pads a uniform decode batch for a FULL CUDA graph.
+        (
+            {
+                "query_start_loc": np.array([0, 1, 3], np.int32),
+                "num_decodes": 1,
+                "num_prefills": 1,
+                "num_decode_tokens": 1,
+                "max_query_len": 2,
+                "num_actual_tokens": 4,
+            },
+            "num_actual_tokens = 4 (query_start_loc[-1] = 3, 0 pad request(s)): only a uniform decode batch "
+            "(every query_len == decode_threshold 1, at least one request) is padded",
+        ),
+        (
+            {"num_actual_tokens": 3, "num_decode_tokens": 3},
+            "num_reqs = 2 of a CUDA-graph padded batch must be num_actual_tokens // decode_threshold = 3 // 1 = 3",
+        ),
         ({"seq_lens_cpu_upper_bound": np.array([5, 5], np.int32)}, "below seq_lens"),
         ({"seq_lens_cpu_upper_bound": np.array([5, 6], np.int64)}, "seq_lens_cpu_upper_bound must be int32"),
         # The split must be the one vLLM derives from the query lengths at the threshold.
@@ -82,7 +130,151 @@ def test_validator_names_the_field(fields, message):
 
 def test_valid_batch_passes_and_padding_may_be_shorter_than_query():
     validate_batch(raw_batch(), 2)
-    validate_batch(make_batch([3], [0], decode_threshold=3), 3)
+    validate_batch(padded_batch(), 3)
+    assert padded_batch().num_scheduled_tokens == 1 and padded_batch().is_cudagraph_padded
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        # Pad requests come after every real one.
+        (
+            {
+                "query_start_loc": np.array([0, 0, 1, 1], np.int32),
+                "seq_lens": np.array([0, 5, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([0, 5, 0], np.int32),
+            },
+            "query_start_loc: request 1 (query_len 1) comes after the CUDA-graph pad request 0 (query_len 0)",
+        ),
+        (
+            {"seq_lens": np.array([5, 4, 0], np.int32), "seq_lens_cpu_upper_bound": np.array([5, 4, 0], np.int32)},
+            "seq_lens of CUDA-graph pad request(s) 1 (query_len 0) must be 0",
+        ),
+        (
+            {"seq_lens_cpu_upper_bound": np.array([5, 0, 2], np.int32)},
+            "seq_lens_cpu_upper_bound of CUDA-graph pad request(s) 2 (query_len 0) must be 0",
+        ),
+        # Padded only to a multiple of the threshold, with num_reqs == n // threshold.
+        (
+            {"num_actual_tokens": 4, "num_decode_tokens": 4},
+            "num_reqs = 3 of a CUDA-graph padded batch must be num_actual_tokens // decode_threshold = 4 // 1 = 4",
+        ),
+        (
+            {
+                "query_start_loc": np.array([0, 1, 1], np.int32),
+                "seq_lens": np.array([5, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([5, 0], np.int32),
+                "num_decodes": 2,
+                "num_decode_tokens": 1,
+                "num_actual_tokens": 1,
+            },
+            "num_reqs = 2 of a CUDA-graph padded batch must be num_actual_tokens // decode_threshold = 1 // 1 = 1",
+        ),
+        # A speculative uniform decode: queries of 1 + NUM_SPECULATIVE_TOKENS = 4 tokens.
+        (
+            {
+                "query_start_loc": np.array([0, 4, 4], np.int32),
+                "seq_lens": np.array([5, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([5, 0], np.int32),
+                "num_decodes": 2,
+                "num_decode_tokens": 6,
+                "num_actual_tokens": 6,
+                "max_query_len": 4,
+                "decode_threshold": 4,
+            },
+            "num_actual_tokens = 6 of a CUDA-graph padded batch is not a multiple of decode_threshold 4",
+        ),
+        (
+            {
+                "query_start_loc": np.array([0, 2, 2], np.int32),
+                "seq_lens": np.array([5, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([5, 0], np.int32),
+                "num_decodes": 2,
+                "num_decode_tokens": 8,
+                "num_actual_tokens": 8,
+                "max_query_len": 2,
+                "decode_threshold": 4,
+            },
+            "only a uniform decode batch (every query_len == decode_threshold 4, at least one request) is padded",
+        ),
+        # A mixed batch runs a PIECEWISE graph: its attention metadata is not padded.
+        (
+            {
+                "query_start_loc": np.array([0, 2, 2], np.int32),
+                "seq_lens": np.array([5, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([5, 0], np.int32),
+                "num_decodes": 0,
+                "num_decode_tokens": 0,
+                "num_prefills": 2,
+                "num_actual_tokens": 2,
+                "max_query_len": 2,
+            },
+            "only a uniform decode batch (every query_len == decode_threshold 1, at least one request)",
+        ),
+        (
+            {
+                "query_start_loc": np.array([0, 0, 0], np.int32),
+                "seq_lens": np.array([0, 0], np.int32),
+                "seq_lens_cpu_upper_bound": np.array([0, 0], np.int32),
+                "num_decodes": 2,
+                "num_decode_tokens": 2,
+                "num_actual_tokens": 2,
+                "max_query_len": 0,
+            },
+            "only a uniform decode batch (every query_len == decode_threshold 1, at least one request)",
+        ),
+        # The split of a padded batch counts the pad tokens as decode tokens (split_decodes_and_prefills).
+        ({"num_decode_tokens": 1}, "num_decode_tokens=1 disagrees with the split derived from query_lens [1, 0, 0]"),
+        ({"num_decodes": 1}, "num_decodes=1 disagrees with the split derived from query_lens [1, 0, 0]"),
+    ],
+)
+def test_validator_refuses_padding_the_runner_does_not_make(fields, message):
+    with pytest.raises(InvalidBatch) as info:
+        validate_batch(padded_batch(**fields), 8)
+    assert message in str(info.value)
+
+
+def test_cudagraph_pad_builds_the_runners_padded_batch():
+    """make_batch(cudagraph_pad=N) appends N // threshold - n pad requests (query_len 0,
+    seq_len 0, bound 0); num_actual_tokens is N and the split counts N decode tokens."""
+    batch = make_batch([1, 1], [7, 9], cudagraph_pad=5)
+    assert batch.query_start_loc.tolist() == [0, 1, 2, 2, 2, 2]
+    assert batch.seq_lens.tolist() == [7, 9, 0, 0, 0]
+    assert batch.seq_lens_cpu_upper_bound.tolist() == [7, 9, 0, 0, 0]
+    assert (batch.num_actual_tokens, batch.num_scheduled_tokens, batch.num_reqs) == (5, 2, 5)
+    assert (batch.num_decodes, batch.num_decode_tokens, batch.num_prefills, batch.max_query_len) == (5, 5, 0, 1)
+    assert batch.is_pure_decode and batch.is_cudagraph_padded and batch.num_pad_requests == 3
+    spec = make_batch([4, 4], [4, 9], decode_threshold=4, upper_bound=[6, 9], cudagraph_pad=16)
+    assert spec.query_start_loc.tolist() == [0, 4, 8, 8, 8]
+    assert spec.seq_lens_cpu_upper_bound.tolist() == [6, 9, 0, 0]
+    assert (spec.num_actual_tokens, spec.num_decodes, spec.num_decode_tokens, spec.max_query_len) == (16, 4, 16, 4)
+    assert not spec.is_pure_decode
+    assert repr(spec) == (
+        "make_batch(query_lens=[4, 4], seq_lens=[4, 9], decode_threshold=4, upper_bound=[6, 9], cudagraph_pad=16)"
+    )
+    assert eval(repr(spec), {"make_batch": make_batch}) == spec
+    unpadded = make_batch([1], [3], cudagraph_pad=1)  # the graph size equals the batch
+    assert unpadded.num_actual_tokens == 1 and not unpadded.is_cudagraph_padded
+
+
+@pytest.mark.parametrize(
+    "query_lens, seq_lens, kwargs, message",
+    [
+        ([1, 2], [5, 5], {"cudagraph_pad": 4}, "only a uniform decode batch (every query_len == decode_threshold 1"),
+        ([], [], {"cudagraph_pad": 2}, "at least one request) runs a FULL CUDA graph"),
+        ([4, 1], [5, 5], {"decode_threshold": 4, "cudagraph_pad": 8}, "query_lens [4, 1]"),
+        ([1, 1], [5, 5], {"cudagraph_pad": 1}, "cudagraph_pad=1 must be a graph size >= the 2 scheduled tokens"),
+        ([4], [5], {"decode_threshold": 4, "cudagraph_pad": 6}, "and a multiple of decode_threshold 4"),
+        ([1], [5], {"cudagraph_pad": True}, "cudagraph_pad must be an int"),
+        ([3], [0], {"decode_threshold": 3}, "only a CUDA-graph pad request (query_len 0, after the real ones)"),
+        ([0, 1], [0, 5], {}, "request 1 (query_len 1) comes after the CUDA-graph pad request 0"),
+        ([1, 1], [5, 5], {"upper_bound": [5]}, "upper_bound has 1 entries but there are 2 requests"),
+    ],
+)
+def test_make_batch_refuses_padding_the_runner_does_not_make(query_lens, seq_lens, kwargs, message):
+    with pytest.raises(InvalidBatch) as info:
+        make_batch(query_lens, seq_lens, **kwargs)
+    assert message in str(info.value)
 
 
 def test_split_is_derived_not_given():

@@ -13,12 +13,7 @@ from hypothesis import example, given, note
 
 from fixtures.batches import make_batch
 from fixtures.harness import assert_int32_equal, count_triton_launches, new_config, run_step
-from fixtures.oracle_views import (
-    expected_fresh_req_ids,
-    expected_indptr,
-    expected_path,
-    expected_seqlens,
-)
+from fixtures.oracle_views import assert_fixed_equal, expected_path, expected_seqlens, expected_state
 from fixtures.runtime import GuardedAllocator
 from fixtures.strategies import BATCH_KINDS, Case, cases
 from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
@@ -34,19 +29,35 @@ def decode_case(seq_lens, topk, m=None, **kw):
     return Case("pure_decode", topk, m or max(len(seq_lens), 1) + 3, batch)
 
 
-# The change's own case, the kernel block boundary, padding and the int32 limit.
+# The change's own case, the kernel block boundary, CUDA-graph padding (as the
+# GPU model runner pads a uniform decode batch: pad requests of query_len 0 and
+# seq_len 0 after the real ones, num_actual_tokens the graph size) and the int32 limit.
 PINNED = [
     decode_case(CHANGE_SEQ_LENS, 2048),
     decode_case(CHANGE_SEQ_LENS, 64),
     decode_case([], 5, m=1),
     decode_case([7], 1, m=1),
-    decode_case([INT32_MAX, 0, 1], 4096),
+    Case("padded", 4096, 6, make_batch([1, 1], [INT32_MAX, 1], cudagraph_pad=3)),
     Case("mixed", 64, 80, make_batch([1, 70], [10, 100])),
     Case("prefill", 3, 130, make_batch([129], [129])),
-    Case("padded", 9, 6, make_batch([1, 1, 1], [0, 9, 0])),
+    Case("padded", 9, 6, make_batch([1], [9], cudagraph_pad=3)),
+    Case("padded", 9, 3, make_batch([1], [9], cudagraph_pad=3)),
     Case("multi_token_decode", 5, 8, make_batch([3, 1, 2], [3, 9, 40], decode_threshold=SPEC), True),
-    Case("multi_token_decode", 5, 8, make_batch([4, 2], [0, 6], decode_threshold=SPEC), True),
+    Case("multi_token_decode", 5, 8, make_batch([4, 2], [4, 6], decode_threshold=SPEC), True),
+    Case("multi_token_decode", 5, 8, make_batch([4], [4], decode_threshold=SPEC, cudagraph_pad=8), True),
 ]
+
+
+def step_view_tokens(result, batch) -> int:
+    """The tokens a step's views cover: ``num_actual_tokens``, or, on a CUDA-graph
+    padded batch, the scheduled tokens ``query_start_loc[-1]`` (vLLM 0.33.0's
+    build() slices its views at ``query_start_loc_cpu[num_reqs]``).  A FULL graph
+    replay reads the persistent buffers at the captured size whatever the views
+    say, so the pad tokens are checked in the whole buffers either way."""
+    k = result.req_id_per_token.numel()
+    allowed = sorted({batch.num_actual_tokens, batch.num_scheduled_tokens})
+    assert k in allowed, f"the step's req_id_per_token view has {k} entries; expected one of {allowed}"
+    return k
 
 
 def with_examples(cases_):
@@ -83,7 +94,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
     """Property 2: on pure-decode batches the host path, the device path and the
     oracle agree bit for bit over the whole M + 1 indptr buffer, tail included."""
     batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
-    expected = expected_indptr(batch, topk, m)
+    expected, _ = expected_state(batch, "device", topk, m)["paged_kv_indptr"]
     host_bound = oracle.host_decode_indptr(batch.seq_lens_cpu_upper_bound, topk, m + 1)
     assert_int32_equal(host_bound, expected, "oracle self-check: host formula vs per-token oracle")
 
@@ -96,7 +107,8 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
         assert step.result.path == path, f"pin_memory={pin_memory}: took {step.result.path} path, oracle says {path}"
         whole = builder.buffers()["paged_kv_indptr"]
         assert_int32_equal(whole, expected, f"paged_kv_indptr[0:{m + 1}] on the {path} path")
-        assert_int32_equal(step.result.paged_kv_indptr, expected[: batch.num_actual_tokens + 1], "step's indptr view")
+        k = step_view_tokens(step.result, batch)
+        assert_int32_equal(step.result.paged_kv_indptr, expected[: k + 1], "step's indptr view")
         results[path] = whole.cpu().clone()
     if batch.max_query_len == 1:
         assert set(results) == {"host", "device"}
@@ -109,10 +121,10 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
 def test_step_metadata_matches_oracle(subject, device, case):
     """Property 3 (and the rest of a step): req_id_per_token, qo_indptr,
     paged_kv_last_page_len and paged_kv_indptr of a fresh builder equal the
-    oracle over their whole persistent buffers; the path taken is the one the
-    legality predicate allows."""
+    oracle over their whole persistent buffers (the entries the contract
+    fixes: ``fixtures.oracle_views.expected_state``); the path taken is the
+    one the legality predicate allows."""
     batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
-    n = batch.num_actual_tokens
     pin = HOST_PATH in subject.capabilities
     config = new_config(device, m, topk, speculative=case.speculative, pin_memory=pin)
     builder = subject.make_builder(config)
@@ -122,12 +134,14 @@ def test_step_metadata_matches_oracle(subject, device, case):
     buffers = builder.buffers()
     lengths = buffer_lengths(m)
     assert {k: buffers[k].numel() for k in lengths} == lengths, "persistent buffer lengths"
-    assert_int32_equal(buffers["req_id_per_token"], expected_fresh_req_ids(batch, m), "req_id_per_token buffer")
-    assert_int32_equal(
-        step.result.req_id_per_token, oracle.req_id_per_token(batch.query_start_loc), "step req_id_per_token"
-    )
-    assert_int32_equal(buffers["paged_kv_indptr"], expected_indptr(batch, topk, m), "paged_kv_indptr buffer")
-    assert_int32_equal(step.result.qo_indptr, oracle.qo_indptr(n), "qo_indptr")
-    assert_int32_equal(step.result.paged_kv_last_page_len, oracle.paged_kv_last_page_len(n), "paged_kv_last_page_len")
-    assert_int32_equal(buffers["qo_indptr"], oracle.qo_indptr(m), "qo_indptr buffer")
+    expected = expected_state(batch, path, topk, m)
+    for name in ("req_id_per_token", "paged_kv_indptr", "qo_indptr", "paged_kv_last_page_len"):
+        values, fixed = expected[name]
+        assert_fixed_equal(buffers[name], values, fixed, f"{name} buffer")
+    req_ids, fixed = expected["req_id_per_token"]
+    k = step_view_tokens(step.result, batch)
+    assert_fixed_equal(step.result.req_id_per_token, req_ids[:k], fixed[:k], "step req_id_per_token")
+    assert_int32_equal(step.result.paged_kv_indptr, expected["paged_kv_indptr"][0][: k + 1], "step paged_kv_indptr")
+    assert_int32_equal(step.result.qo_indptr, oracle.qo_indptr(k), "qo_indptr")
+    assert_int32_equal(step.result.paged_kv_last_page_len, oracle.paged_kv_last_page_len(k), "paged_kv_last_page_len")
     assert_int32_equal(buffers["paged_kv_last_page_len"], np.ones(m, np.int32), "paged_kv_last_page_len buffer")

@@ -22,6 +22,15 @@ empty batch (``max_query_len`` 0; toggle ``empty_batch``).
 independent of the split and are toggled alone (a speculative config's
 batches are split at 1 + ``NUM_SPECULATIVE_TOKENS``, here pure one-token
 decodes, so only its own clause fails).
+
+CUDA-graph padding (``make_batch(..., cudagraph_pad=N)``, as vLLM's GPU model
+runner pads a uniform decode batch for a FULL CUDA graph: pad requests of
+query_len 0 and seq_len 0, ``num_actual_tokens = N`` past
+``query_start_loc[-1]``) changes no clause: ``split_decodes_and_prefills``
+counts the padded ``num_actual_tokens`` as decode tokens, so a padded
+pure-decode batch takes the host path (``req_id_per_token[:N] = 0..N-1``) and
+a padded speculative batch (every query ``1 + NUM_SPECULATIVE_TOKENS``) the
+device path.
 """
 
 import numpy as np
@@ -31,8 +40,9 @@ from hypothesis import strategies as st
 
 from fixtures.batches import make_batch
 from fixtures.harness import assert_int32_equal, check_seqlen_launches, new_config, run_step
-from fixtures.oracle_views import expected_indptr, expected_path
+from fixtures.oracle_views import compare_state, expected_indptr, expected_path, expected_state
 from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
+from fixtures.strategies import note_padded
 from fixtures.subjects import DEVICE_PATH, HOST_PATH, decode_threshold_for
 from oracles import metadata as oracle
 
@@ -77,10 +87,7 @@ def check_gated_step(subject, device, config_kwargs, batch, topk, m):
         f"the legality oracle says {path}"
     )
     check_seqlen_launches(subject, step, batch)
-    assert_int32_equal(builder.buffers()["paged_kv_indptr"], expected_indptr(batch, topk, m), "paged_kv_indptr")
-    req_ids = np.zeros(m, np.int32)
-    req_ids[: batch.num_actual_tokens] = oracle.req_id_per_token(batch.query_start_loc)
-    assert_int32_equal(builder.buffers()["req_id_per_token"], req_ids, "req_id_per_token")
+    compare_state(builder.buffers(), expected_state(batch, path, topk, m), f"after {batch!r} ({path} path)")
     return step.result.path
 
 
@@ -158,3 +165,65 @@ def test_speculative_config_never_takes_host_path(subject, device, batch, topk):
     config takes the device path, and its result follows the real seq_lens."""
     path = check_gated_step(subject, device, {"speculative": True}, batch, topk, M)
     assert path == "device"
+
+
+# CUDA-graph padded batches: (config kwargs, batch, path).  M = 8 holds a
+# speculative graph of 2 * SPEC tokens: one real request and one pad request.
+SPEC = decode_threshold_for(True)
+PADDED = {
+    "pure_decode": ({}, make_batch([1, 1, 1, 1], SEQ_LENS, cudagraph_pad=M), "host"),
+    "pure_decode_one_pad": ({}, make_batch([1], [5], cudagraph_pad=2), "host"),
+    "no_pinned_memory": (
+        {"pin_memory": False},
+        make_batch([1, 1, 1, 1], SEQ_LENS, cudagraph_pad=M),
+        "device",
+    ),
+    "no_upper_bound": ({}, make_batch([1, 1, 1, 1], SEQ_LENS, upper_bound=None, cudagraph_pad=M), "device"),
+    "speculative": (
+        {"speculative": True},
+        make_batch([SPEC], [3000], decode_threshold=SPEC, cudagraph_pad=2 * SPEC),
+        "device",
+    ),
+}
+
+
+@pytest.mark.needs(HOST_PATH, DEVICE_PATH)
+@pytest.mark.parametrize("name", list(PADDED))
+def test_cudagraph_padded_batches_follow_the_predicate(subject, device, name):
+    """A padded pure-decode batch takes the host path (req_id_per_token[:N] =
+    0..N-1, pad tokens included); switched off by no pinned memory or no upper
+    bound, and a padded speculative batch, the device path (pad tokens'
+    req_id_per_token not fixed by the contract)."""
+    config_kwargs, batch, path = PADDED[name]
+    assert batch.is_cudagraph_padded and batch.num_pad_requests > 0
+    assert check_gated_step(subject, device, config_kwargs, batch, TOPK, M) == path
+
+
+# 60 examples: a seqlen kernel per device-path example (see above).
+@pytest.mark.needs(HOST_PATH, DEVICE_PATH)
+@settings(max_examples=60)
+@given(
+    data=st.data(),
+    config=st.sampled_from(["host_capable", "no_pinned_memory", "no_upper_bound", "speculative"]),
+    topk=st.sampled_from([1, 2, 64, 2048]),
+)
+def test_padded_batches_take_the_path_the_predicate_allows(subject, device, data, config, topk):
+    """Uniform decode batches padded to a drawn graph size N <= M (a multiple of
+    the threshold): path == legality oracle, launches, whole buffers."""
+    speculative = config == "speculative"
+    threshold = decode_threshold_for(speculative)
+    graphs = M // threshold
+    reqs = data.draw(st.integers(1, graphs - 1), label="real requests")
+    seq_lens = data.draw(st.lists(context_lens(threshold), min_size=reqs, max_size=reqs), label="seq_lens")
+    pad = threshold * data.draw(st.integers(reqs + 1, graphs), label="graph size / threshold")
+    batch = make_batch(
+        [threshold] * reqs,
+        seq_lens,
+        decode_threshold=threshold,
+        upper_bound=None if config == "no_upper_bound" else "exact",
+        cudagraph_pad=pad,
+    )
+    note_padded(batch)
+    config_kwargs = {"speculative": speculative, "pin_memory": config != "no_pinned_memory"}
+    path = check_gated_step(subject, device, config_kwargs, batch, topk, M)
+    assert path == ("host" if config == "host_capable" else "device")

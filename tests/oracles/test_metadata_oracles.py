@@ -49,8 +49,23 @@ def test_mixed_batch_with_query_longer_than_kernel_block():
     assert indptr[0] == 0 and indptr[1] == 10 and indptr[2] == 41
 
 
-def test_padding_rows_give_zero_for_every_token():
-    assert oracle.sparse_seqlens(qsl(3, 1, 2), [0, 7, 0], 4).tolist() == [0, 0, 0, 4, 0, 0]
+def test_cudagraph_pad_tokens_give_zero():
+    # Two real decodes padded to a graph of 5 tokens: three pad requests (query_len 0,
+    # seq_len 0) own no token; the pad tokens 2..4 (past query_start_loc[-1]) see 0 keys.
+    seqlens = oracle.sparse_seqlens(qsl(1, 1, 0, 0, 0), [7, 2, 0, 0, 0], 4, num_tokens=5)
+    assert seqlens.tolist() == [4, 2, 0, 0, 0]
+    assert oracle.paged_kv_indptr(seqlens, 8).tolist() == [0, 4, 6, 6, 6, 6, 6, 6]
+    assert oracle.req_id_per_token(qsl(1, 1, 0, 0, 0)).tolist() == [0, 1]
+    assert oracle.host_decode_req_ids(5).tolist() == [0, 1, 2, 3, 4]
+    # A speculative uniform decode (4 tokens) padded to 8: tokens 4..7 are pad tokens.
+    assert oracle.sparse_seqlens(qsl(4, 0), [6, 0], 4, num_tokens=8).tolist() == [3, 4, 4, 4, 0, 0, 0, 0]
+
+
+def test_a_request_with_tokens_and_no_context_is_refused():
+    with pytest.raises(ValueError, match="seq_len 0 < query_len"):
+        oracle.sparse_seqlens(qsl(3, 1), [0, 7], 4)
+    with pytest.raises(ValueError, match="num_tokens 1 is below the 2 tokens"):
+        oracle.sparse_seqlens(qsl(1, 1), [3, 3], 4, num_tokens=1)
 
 
 def test_prefill_from_empty_context_counts_up_to_topk():

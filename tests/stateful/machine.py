@@ -3,7 +3,10 @@
 A plain-Python model holds what every persistent buffer must contain after
 each step (the whole buffers: ``req_id_per_token`` past the batch is zero
 again, all ``M + 1`` entries of ``paged_kv_indptr``), and the path each step
-must take comes from the legality oracle.  Every step runs through
+must take comes from the legality oracle.  The model is
+:func:`fixtures.oracle_views.expected_state` of the step's batch and path;
+only the entries the contract fixes are compared (on a device-path step of a
+CUDA-graph padded batch, the pad tokens' ``req_id_per_token`` is not).  Every step runs through
 :func:`fixtures.harness.run_step` (input validation, Triton launch count,
 guard bands).
 
@@ -32,8 +35,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fixtures.batches import INT32_MAX, make_batch
-from fixtures.harness import assert_int32_equal, check_seqlen_launches, host_int32, new_config, run_step
-from fixtures.oracle_views import expected_indptr, expected_path
+from fixtures.harness import check_seqlen_launches, host_int32, new_config, run_step
+from fixtures.oracle_views import compare_state, expected_path, expected_state
 from fixtures.step_strategies import (
     STEP_TOPKS,
     clause_toggled_decode,
@@ -46,10 +49,13 @@ from fixtures.step_strategies import (
 )
 from fixtures.stream_model import OnModelDevice, StreamModelRuntime
 from fixtures.subjects import HOST_PATH, decode_threshold_for
-from oracles import metadata as oracle
 
-M = 6  # max_num_batched_tokens of every machine: small grids, n == M reachable
+M = 6  # max_num_batched_tokens of a machine: small grids, n == M reachable
 SPEC = decode_threshold_for(True)  # the decode threshold of a speculative config
+# max_num_batched_tokens under a speculative config: a uniform speculative decode
+# (SPEC tokens a request) padded for a FULL CUDA graph needs graph sizes 2 * SPEC
+# and 3 * SPEC to have pad requests (1 or 2 real requests, 1 or 2 pads).
+M_SPEC = 3 * SPEC
 # Builder configs: mostly one that may take the host path (the stateful part);
 # a speculative config or no pinned memory takes the device path on every step.
 CONFIG_KINDS = ("host_capable",) * 6 + ("speculative", "no_pinned_memory")
@@ -93,22 +99,18 @@ def machine_settings() -> settings:
     return settings(settings.default, max_examples=examples, stateful_step_count=20, report_multiple_bugs=False)
 
 
-def expected_buffers(batch, topk: int, m: int) -> dict[str, np.ndarray]:
-    """The whole persistent buffers after a step on ``batch`` (model of the builder)."""
-    n = batch.num_actual_tokens
-    req_ids = np.zeros(m, dtype=np.int32)  # past n: zero again, whatever ran before
-    req_ids[:n] = oracle.req_id_per_token(batch.query_start_loc)
-    return {
-        "paged_kv_indptr": expected_indptr(batch, topk, m),
-        "req_id_per_token": req_ids,
-        "qo_indptr": oracle.qo_indptr(m),
-        "paged_kv_last_page_len": oracle.paged_kv_last_page_len(m),
-    }
+def expected_buffers(batch, topk: int, m: int, path: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The whole persistent buffers after a step on ``batch`` taking ``path`` (model
+    of the builder): ``{name: (values, fixed)}`` from
+    :func:`fixtures.oracle_views.expected_state`; ``path=None``: the entries
+    fixed on either path."""
+    return expected_state(batch, path, topk, m)
 
 
 def compare_buffers(actual: dict, expected: dict, when: str) -> None:
-    for name in BUFFERS:
-        assert_int32_equal(actual[name], expected[name], f"{name} (whole buffer) {when}")
+    """The entries the contract fixes, bit for bit (see ``expected_state``)."""
+    assert set(expected) == set(BUFFERS), sorted(expected)
+    compare_state(actual, expected, when)
 
 
 class BuilderMachine(RuleBasedStateMachine):
@@ -132,9 +134,10 @@ class BuilderMachine(RuleBasedStateMachine):
         self.pin_memory = config != "no_pinned_memory" and HOST_PATH in subject.capabilities
         self.speculative = config == "speculative"
         self.topk = topk
+        self.m = M_SPEC if self.speculative else M
         self.runtime = self.make_runtime(device, self.pin_memory)
         self.config = new_config(
-            device, M, topk, speculative=self.speculative, pin_memory=self.pin_memory, runtime=self.runtime
+            device, self.m, topk, speculative=self.speculative, pin_memory=self.pin_memory, runtime=self.runtime
         )
         self.subject = subject
         self.builder = subject.make_builder(self.config)
@@ -159,7 +162,7 @@ class BuilderMachine(RuleBasedStateMachine):
             f"(speculative={self.speculative}, pin_memory={self.pin_memory})"
         )
         check_seqlen_launches(self.subject, observed, batch, f"step {self.steps}")
-        self.expected = expected_buffers(batch, self.topk, M)
+        self.expected = expected_buffers(batch, self.topk, self.m, path=expected_route)
         self.after_step(batch)
 
     def before_step(self) -> None:
@@ -181,7 +184,7 @@ class BuilderMachine(RuleBasedStateMachine):
         self.decode_step(batch)
 
     @precondition(at_speculative_threshold)
-    @rule(batch=pure_decode(M, decode_threshold=SPEC))
+    @rule(batch=pure_decode(M_SPEC, decode_threshold=SPEC))
     def speculative_decode(self, batch):
         self.decode_step(batch)
 
@@ -195,10 +198,10 @@ class BuilderMachine(RuleBasedStateMachine):
         self.step(batch)
         self.last_decode = seqs
 
-    @precondition(lambda self: self.last_decode is not None and len(self.last_decode) < M)
+    @precondition(lambda self: self.last_decode is not None and len(self.last_decode) < self.m)
     @rule(joining=st.integers(1, M))
     def decode_grow(self, joining):
-        self.continue_decode(min(len(self.last_decode) + joining, M), f"decode_grow(joining={joining})")
+        self.continue_decode(min(len(self.last_decode) + joining, self.m), f"decode_grow(joining={joining})")
 
     @precondition(lambda self: self.last_decode)
     @rule(finishing=st.integers(1, M))
@@ -213,11 +216,16 @@ class BuilderMachine(RuleBasedStateMachine):
     @precondition(at_threshold_one)
     @rule(batch=padded_decode(M))
     def padded(self, batch):
+        """A pure-decode batch padded for a FULL CUDA graph (pad requests of
+        query_len 0 and seq_len 0, pad tokens past query_start_loc[-1]): the
+        host path, whose req_id_per_token[:n] is 0..n-1."""
         self.step(batch)
 
     @precondition(at_speculative_threshold)
-    @rule(batch=padded_decode(M, decode_threshold=SPEC))
+    @rule(batch=padded_decode(M_SPEC, decode_threshold=SPEC))
     def speculative_padded(self, batch):
+        """A uniform speculative decode (SPEC tokens a request) padded for a FULL
+        CUDA graph: the device path."""
         self.step(batch)
 
     @precondition(at_threshold_one)
@@ -232,7 +240,11 @@ class BuilderMachine(RuleBasedStateMachine):
 
     @precondition(at_speculative_threshold)
     @rule(
-        batch=st.one_of(mixed(M, decode_threshold=SPEC), prefill_only(M, decode_threshold=SPEC), multi_token_decode(M))
+        batch=st.one_of(
+            mixed(M_SPEC, decode_threshold=SPEC),
+            prefill_only(M_SPEC, decode_threshold=SPEC),
+            multi_token_decode(M_SPEC),
+        )
     )
     def speculative_non_decode(self, batch):
         """Under a speculative config: a mixed or prefill-only step (prefills
@@ -241,7 +253,7 @@ class BuilderMachine(RuleBasedStateMachine):
         self.step(batch)
 
     @precondition(at_speculative_threshold)
-    @rule(batch=overstated_bound_decode(M))
+    @rule(batch=overstated_bound_decode(M_SPEC))
     def async_speculative_decode(self, batch):
         """Only a speculative config sees an overstated seq_lens_cpu_upper_bound."""
         self.step(batch)
