@@ -93,6 +93,13 @@ def pytest_addoption(parser):
         "(a vLLM checkout, or a folder of changed files in vLLM's layout); the installed package is not modified",
     )
     group.addoption(
+        "--baseline",
+        default=None,
+        choices=("release", "none"),
+        help="release: every build step also runs through the installed vLLM release's builder and the whole "
+        "persistent buffers are compared bit for bit (default with --vllm-overlay; needs vLLM); none: off",
+    )
+    group.addoption(
         "--vllm-overlay-missing",
         default="error",
         choices=("error", "skip"),
@@ -127,6 +134,8 @@ def pytest_configure(config):
         if overlay:
             vllm_overlay.install(overlay)
         subject = load_subject(config.getoption("--subject"))
+        if (config.getoption("--baseline") or ("release" if overlay else "none")) == "release":
+            subject = with_release_baseline(subject)
     except (SubjectError, vllm_overlay.OverlayError) as exc:
         raise pytest.UsageError(str(exc)) from None
     unknown = sorted(set(config.getoption("--require")) - CAPABILITIES)
@@ -145,6 +154,14 @@ def pytest_configure(config):
     config.pluginmanager.register(VerificationReport(config), "sparse-mla-report")
     if config.getoption("--strict-gating"):
         config.pluginmanager.register(StrictGating(), "sparse-mla-strict-gating")
+
+
+def with_release_baseline(subject):
+    """``subject`` with the installed vLLM release beside it (``fixtures.baseline``)."""
+    from fixtures.baseline import WithBaseline
+    from fixtures.subjects.vllm_subject import VllmSubject
+
+    return WithBaseline(subject, VllmSubject(release=True))
 
 
 def _check_expected_stack(config):

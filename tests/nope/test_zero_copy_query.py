@@ -134,6 +134,18 @@ def check_output_close(c, inputs, run: ForwardRun, query: torch.Tensor) -> None:
     torch.testing.assert_close(out[:n], ref[:n], atol=atol, rtol=rtol, msg=lambda m: f"output vs reference: {m}")
 
 
+def check_output_equals_baseline(c, subject, device, inputs, ql, run: ForwardRun) -> None:
+    """With ``--baseline release``: the release's forward_mqa on the same inputs gives the same bits."""
+    baseline = getattr(subject, "baseline", None)
+    if baseline is None or NOPE_FORWARD not in baseline.capabilities:
+        return
+    config, forward = new_forward(baseline, c, device)
+    released = run_forward(config, forward, ql, inputs)
+    event("output compared with the vLLM release's")
+    n = c.num_actual_tokens
+    assert_bits_equal(run.result.output[:n], released.result.output[:n], "output vs the vLLM release's forward_mqa")
+
+
 def other_path_twin(path: str, values: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
     """The same query values laid out to take the other branch (rope dim 0, non-fp8 only).
 
@@ -172,6 +184,7 @@ def test_forward_query_paths(c, subject, device):
     check_query_handed_down(c, forward, ql, run, path, query)
     check_inputs_unchanged(ql, inputs.q_pe, run)
     check_output_close(c, inputs, run, query)
+    check_output_equals_baseline(c, subject, device, inputs, ql, run)
     if c.kv_cache_dtype == "fp8" or c.qk_rope_head_dim:
         return  # only the copy path exists for this layer
     first = run.result.output[: c.num_actual_tokens].clone()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fixtures.findings import FORWARD_FINDINGS, match_forward_finding
+from fixtures.findings import ALL_FINDINGS, FORWARD_FINDINGS, match_forward_finding
 
 MESSAGE = "cannot reshape tensor of 0 elements into shape [0, -1]"
 
@@ -35,7 +35,12 @@ def test_matches_only_the_documented_source_message_and_inputs():
     assert match_forward_finding(raise_from(source, ValueError(MESSAGE)), kv_cache_dtype="fp8", num_tokens=0) is None
 
 
-@pytest.mark.parametrize("finding", FORWARD_FINDINGS, ids=lambda f: f.key)
+@pytest.mark.parametrize("finding", ALL_FINDINGS, ids=lambda f: f.key)
+def test_every_finding_says_where_it_happens_how_to_reproduce_and_fix_it(finding):
+    assert finding.deployment and finding.reproducer and finding.fix and finding.description
+
+
+@pytest.mark.parametrize("finding", ALL_FINDINGS, ids=lambda f: f.key)
 def test_every_finding_names_an_existing_regression_test(finding):
     from pathlib import Path
 

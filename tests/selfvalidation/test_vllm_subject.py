@@ -540,3 +540,27 @@ def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
         vllm_subject, took="zero_copy", oracle="copy", rope=0, contiguous=True,
         ql_dtype=torch.float32, buffer_dtype=torch.bfloat16,
     )  # fmt: skip
+
+
+def test_overlay_device_path_crashes_on_a_padded_batch(device):
+    """Finding padded-device-path-req-id-size-mismatch, pinned: the post-change build()
+    on the device path of a CUDA-graph padded batch (speculative config: uniform
+    4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
+    release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
+    drop the finding (fixtures/findings.py), this test and the README entry."""
+    from fixtures.findings import match_builder_finding
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+    subject = VllmSubject()
+    if HOST_PATH not in subject.capabilities:
+        pytest.skip(f"not applicable: {subject.capability_notes[HOST_PATH]}")
+    batch = make_batch([4], [4], decode_threshold=4, cudagraph_pad=8)
+    config = new_config(device, 12, 5, speculative=True)
+    with pytest.raises(RuntimeError, match=r"The size of tensor a \(8\) must match the size of tensor b \(4\)") as info:
+        subject.make_builder(config).build(batch)
+    assert match_builder_finding(info.value, batch=batch).key == "padded-device-path-req-id-size-mismatch"
+    release = VllmSubject(release=True)
+    released = release.make_builder(new_config(device, 12, 5, speculative=True))
+    released.build(batch)
+    assert released.buffers()["req_id_per_token"].tolist()[:8] == [0] * 8
