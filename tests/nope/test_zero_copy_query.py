@@ -1,25 +1,41 @@
-"""NoPE zero-copy query (BRIEF 1d): ``forward_mqa`` against the legality oracle and its copy path.
+"""NoPE zero-copy query: ``forward_mqa`` against the legality oracle and its copy path, one test per property.
 
-For every drawn case (``fixtures.nope_cases``: T from 0 to M, padded batches,
+Every drawn case (``fixtures.nope_cases``: T from 0 to M, padded batches,
 1..128 heads, kv_lora_rank 512 and small ranks, bf16/fp16/fp32 ``ql_nope``
-against bf16/fp16 model dtypes, fp8 caches, every layout a bmm produces):
+against bf16/fp16 model dtypes, fp8 caches, every layout a bmm produces) runs
+``forward_mqa`` on its ``ql_nope`` and, where the layer has both branches
+(rope dim 0, no fp8 cache), on a twin laid out to take the other branch.  Each
+test checks one property on every call, named for what must hold, so a
+failure (and a kill in the kill matrix) names the property:
 
-1. the path taken equals ``oracles.nope.expected_forward_path``;
-2. on the zero-copy path the query handed downstream is ``ql_nope`` itself
-   (same data pointer, same storage) and ``q_concat_buffer`` keeps its sentinel;
-3. on the copy path the query is ``q_concat_buffer[:T]`` holding the oracle's
-   concatenation, and no row past ``T`` (nor the guard band) is written;
-4. the query handed downstream has the buffer's dtype (fp8: the fp8 dtype);
-5. the storages behind ``ql_nope`` and ``q_pe`` are byte-for-byte unchanged;
-6. the output equals, bit for bit, the other path's output for the same values
-   (same forward, same downstream attention), and is close to the reference
-   sparse MLA forward within ``oracles.nope.FORWARD_TOLERANCES``.
+- ``test_path_follows_the_legality_oracle``: the branch taken is
+  ``oracles.nope.expected_forward_path``'s;
+- ``test_zero_copy_hands_ql_nope_itself_downstream``: on the zero-copy branch
+  the query is ``ql_nope``'s own memory; zero-copy and fp8 leave
+  ``q_concat_buffer`` on its sentinel;
+- ``test_copy_path_writes_only_the_first_T_rows``: on the copy branch the
+  query is ``q_concat_buffer[:T]`` and no row past ``T`` is written;
+- ``test_query_has_the_buffer_dtype_and_the_oracle_values``: the query handed
+  downstream has the buffer's dtype (fp8: the fp8 dtype) and, bit for bit, the
+  oracle's values;
+- ``test_forward_leaves_ql_nope_and_q_pe_unchanged``: their storages are
+  byte-for-byte unchanged;
+- ``test_zero_copy_and_copy_outputs_are_bit_equal``: the same values give the
+  same output bits on both branches (same forward, same downstream attention);
+- ``test_output_matches_the_reference_forward``: the output is close to the
+  reference sparse MLA forward within ``oracles.nope.FORWARD_TOLERANCES``;
+- ``test_output_equals_the_release_forward``: with ``--baseline release``, the
+  same bits as the vLLM release's ``forward_mqa``.
 
-On CPU the downstream attention is the reference sparse MLA forward
-(``oracles.nope.sparse_mla_forward``), standing in for the GPU kernel that
-cannot run here; on a GPU a subject's own kernel runs
+A property is checked against the branch the forward took, so a wrong branch
+fails the first test only.  On CPU the downstream attention is the reference
+sparse MLA forward (``oracles.nope.sparse_mla_forward``), standing in for the
+GPU kernel that cannot run here; on a GPU a subject's own kernel runs
 (``fixtures.attention.DownstreamAttention``).
 """
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -91,59 +107,21 @@ def oracle_query(c: ForwardCase, values: torch.Tensor, q_pe: torch.Tensor) -> to
     return oracle.assemble_query(values, q_pe, c.model_dtype)
 
 
-def check_query_handed_down(c, forward, ql, run: ForwardRun, path: str, query: torch.Tensor) -> None:
-    buf, q = forward.q_concat_buffer, run.call.q
-    t = c.num_tokens
-    if path == "zero_copy":  # property 2
-        assert same_place(q, ql), "zero-copy path: the query handed downstream is not ql_nope's memory"
-        assert tuple(q.shape) == tuple(ql.shape), f"zero-copy: query shape {tuple(q.shape)} != ql_nope's"
-    if path in ("zero_copy", "fp8"):
-        written = (~is_sentinel(buf)).nonzero()
-        assert not len(written), f"{path} path wrote q_concat_buffer, first at {tuple(written[0].tolist())}"
-    if path == "copy":  # property 3
-        assert same_place(q, buf) and tuple(q.shape) == (t, *buf.shape[1:]), (
-            f"copy path: the query handed downstream ({tuple(q.shape)}) is not q_concat_buffer[:T={t}]"
-        )
-        past = (~is_sentinel(buf[t:])).nonzero()
-        assert not len(past), f"copy path wrote q_concat_buffer past row T={t}: at {tuple((past[0] + 0).tolist())}"
-    # property 4
-    want = FP8_DTYPE if path == "fp8" else buf.dtype
-    assert q.dtype == want, f"{path} path handed a {q.dtype} query downstream; expected {want}"
-    assert_bits_equal(run.call.q_values, query, f"{path} path: query values handed downstream")
+@dataclass
+class Seen:
+    """One ``forward_mqa`` call of a case, just made: check it before drawing the next (it refills the buffer)."""
 
+    case: ForwardCase
+    forward: object
+    inputs: object
+    ql: torch.Tensor  # the ql_nope handed in
+    path: str  # the oracle's branch
+    run: ForwardRun
+    query: torch.Tensor  # the oracle's query for these values
 
-def check_inputs_unchanged(ql, q_pe, run: ForwardRun) -> None:  # property 5
-    changed = (storage_bytes(ql) != run.ql_before).nonzero()
-    assert not len(changed), f"forward wrote into ql_nope's storage (first byte {int(changed[0])})"
-    assert torch.equal(storage_bytes(q_pe), run.q_pe_before), "forward wrote into q_pe's storage"
-
-
-def check_output_close(c, inputs, run: ForwardRun, query: torch.Tensor) -> None:  # property 6, reference
-    n, out = c.num_actual_tokens, run.result.output
-    shape = (c.num_tokens, c.num_heads, c.kv_lora_rank)
-    assert tuple(out.shape) == shape and out.dtype == c.model_dtype, (
-        f"output is {out.dtype} {tuple(out.shape)}, expected {c.model_dtype} {shape}"
-    )
-    md = inputs.metadata
-    ref = oracle.sparse_mla_forward(
-        query, inputs.kv_cache, md.paged_kv_indptr, md.paged_kv_indices, num_actual_tokens=n,
-        scale=(c.kv_lora_rank + c.qk_rope_head_dim) ** -0.5, kv_lora_rank=c.kv_lora_rank, out_dtype=c.model_dtype,
-        q_scale=c.q_scale, kv_scale=c.kv_scale,
-    )  # fmt: skip
-    atol, rtol = oracle.forward_tolerance(c.model_dtype, c.kv_cache_dtype == "fp8")
-    torch.testing.assert_close(out[:n], ref[:n], atol=atol, rtol=rtol, msg=lambda m: f"output vs reference: {m}")
-
-
-def check_output_equals_baseline(c, subject, device, inputs, ql, run: ForwardRun) -> None:
-    """With ``--baseline release``: the release's forward_mqa on the same inputs gives the same bits."""
-    baseline = getattr(subject, "baseline", None)
-    if baseline is None or NOPE_FORWARD not in baseline.capabilities:
-        return
-    config, forward = new_forward(baseline, c, device)
-    released = run_forward(config, forward, ql, inputs)
-    event("output compared with the vLLM release's")
-    n = c.num_actual_tokens
-    assert_bits_equal(run.result.output[:n], released.result.output[:n], "output vs the vLLM release's forward_mqa")
+    @property
+    def taken(self) -> str:
+        return self.run.result.path
 
 
 def other_path_twin(path: str, values: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
@@ -157,18 +135,15 @@ def other_path_twin(path: str, values: torch.Tensor, model_dtype: torch.dtype) -
     return values.to(model_dtype).contiguous().clone()
 
 
-def pinned(fn):
-    """Every PINNED case as an ``@example``."""
-    for c in reversed(PINNED):
-        fn = example(c=c)(fn)
-    return fn
+def has_both_branches(c: ForwardCase) -> bool:
+    return c.kv_cache_dtype != "fp8" and not c.qk_rope_head_dim
 
 
-@pytest.mark.needs(NOPE_FORWARD)
-@pinned
-@given(c=forward_cases())
-def test_forward_query_paths(c, subject, device):
-    """Properties 1-6 on one forward_mqa call and its other-path twin (reference forward stands in on CPU)."""
+def forward_calls(c: ForwardCase, subject, device) -> Iterator[Seen]:
+    """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
+
+    Stops, after the finding's warning, when the branch taken is a known
+    finding's on these inputs (``fixtures.findings``)."""
     config, forward = new_forward(subject, c, device)
     inputs = build_inputs(c, device)
     ql = inputs.ql_nope
@@ -176,26 +151,134 @@ def test_forward_query_paths(c, subject, device):
     path = expected_path(c, ql, subject)
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
-    run = run_forward(config, forward, ql, inputs)
-    if run.result.path != path and pass_over_path_finding(subject, c, ql, run.result.path, path):
-        return
-    assert run.result.path == path, f"took the {run.result.path!r} path; the legality oracle says {path!r}"
-    query = oracle_query(c, values, inputs.q_pe)
-    check_query_handed_down(c, forward, ql, run, path, query)
-    check_inputs_unchanged(ql, inputs.q_pe, run)
-    check_output_close(c, inputs, run, query)
-    check_output_equals_baseline(c, subject, device, inputs, ql, run)
-    if c.kv_cache_dtype == "fp8" or c.qk_rope_head_dim:
-        return  # only the copy path exists for this layer
-    first = run.result.output[: c.num_actual_tokens].clone()
-    twin = other_path_twin(path, values, c.model_dtype)
-    twin_path = expected_path(c, twin, subject)
-    note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {twin_path}")
-    twin_run = run_forward(config, forward, twin, inputs)
-    assert twin_run.result.path == twin_path, f"twin took {twin_run.result.path!r}; oracle says {twin_path!r}"
-    check_query_handed_down(c, forward, twin, twin_run, twin_path, oracle_query(c, twin.contiguous(), inputs.q_pe))
-    check_inputs_unchanged(twin, inputs.q_pe, twin_run)
-    assert_bits_equal(twin_run.result.output[: c.num_actual_tokens], first, f"{path} vs {twin_path} output")
+    calls = [(ql, path, values)]
+    if has_both_branches(c):
+        twin = other_path_twin(path, values, c.model_dtype)
+        calls.append((twin, expected_path(c, twin, subject), twin.contiguous()))
+        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][1]}")
+    for tensor, want, vals in calls:
+        run = run_forward(config, forward, tensor, inputs)
+        if run.result.path != want and pass_over_path_finding(subject, c, tensor, run.result.path, want):
+            return
+        yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe))
+
+
+def nope_property(cases=tuple(PINNED)):
+    """A NoPE property: needs the forward; runs ``cases`` (default: every PINNED one) as ``@example``s first."""
+
+    def wrap(fn):
+        for c in reversed(cases):
+            fn = example(c=c)(fn)
+        return pytest.mark.needs(NOPE_FORWARD)(fn)
+
+    return wrap
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_path_follows_the_legality_oracle(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        assert seen.taken == seen.path, f"took the {seen.taken!r} path; the legality oracle says {seen.path!r}"
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_zero_copy_hands_ql_nope_itself_downstream(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        q, buf = seen.run.call.q, seen.forward.q_concat_buffer
+        if seen.taken == "zero_copy":
+            assert same_place(q, seen.ql), "zero-copy path: the query handed downstream is not ql_nope's memory"
+            assert tuple(q.shape) == tuple(seen.ql.shape), f"zero-copy: query shape {tuple(q.shape)} != ql_nope's"
+        if seen.taken in ("zero_copy", "fp8"):
+            written = (~is_sentinel(buf)).nonzero()
+            assert not len(written), f"{seen.taken} path wrote q_concat_buffer, first at {tuple(written[0].tolist())}"
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        if seen.taken != "copy":
+            continue
+        q, buf, t = seen.run.call.q, seen.forward.q_concat_buffer, c.num_tokens
+        assert same_place(q, buf) and tuple(q.shape) == (t, *buf.shape[1:]), (
+            f"copy path: the query handed downstream ({tuple(q.shape)}) is not q_concat_buffer[:T={t}]"
+        )
+        past = (~is_sentinel(buf[t:])).nonzero()
+        assert not len(past), f"copy path wrote q_concat_buffer past row T={t}: at {tuple(past[0].tolist())}"
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_query_has_the_buffer_dtype_and_the_oracle_values(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        q = seen.run.call.q
+        want = FP8_DTYPE if seen.taken == "fp8" else seen.forward.q_concat_buffer.dtype
+        assert q.dtype == want, f"{seen.taken} path handed a {q.dtype} query downstream; expected {want}"
+        assert_bits_equal(seen.run.call.q_values, seen.query, f"{seen.taken} path: query values handed downstream")
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_forward_leaves_ql_nope_and_q_pe_unchanged(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        changed = (storage_bytes(seen.ql) != seen.run.ql_before).nonzero()
+        assert not len(changed), f"forward wrote into ql_nope's storage (first byte {int(changed[0])})"
+        assert torch.equal(storage_bytes(seen.inputs.q_pe), seen.run.q_pe_before), "forward wrote into q_pe's storage"
+
+
+@nope_property([c for c in PINNED if has_both_branches(c)])
+@given(c=forward_cases(both_branches=True))
+def test_zero_copy_and_copy_outputs_are_bit_equal(c, subject, device):
+    outputs = [(s.taken, s.run.result.output[: c.num_actual_tokens].clone()) for s in forward_calls(c, subject, device)]
+    if len(outputs) == 2:  # else a known finding was passed over
+        (first, a), (second, b) = outputs
+        assert_bits_equal(b, a, f"{first} vs {second} output")
+
+
+def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torch.Tensor) -> None:
+    n = c.num_actual_tokens
+    shape = (c.num_tokens, c.num_heads, c.kv_lora_rank)
+    assert tuple(output.shape) == shape and output.dtype == c.model_dtype, (
+        f"output is {output.dtype} {tuple(output.shape)}, expected {c.model_dtype} {shape}"
+    )
+    md = inputs.metadata
+    ref = oracle.sparse_mla_forward(
+        query, inputs.kv_cache, md.paged_kv_indptr, md.paged_kv_indices, num_actual_tokens=n,
+        scale=(c.kv_lora_rank + c.qk_rope_head_dim) ** -0.5, kv_lora_rank=c.kv_lora_rank, out_dtype=c.model_dtype,
+        q_scale=c.q_scale, kv_scale=c.kv_scale,
+    )  # fmt: skip
+    atol, rtol = oracle.forward_tolerance(c.model_dtype, c.kv_cache_dtype == "fp8")
+    torch.testing.assert_close(output[:n], ref[:n], atol=atol, rtol=rtol, msg=lambda m: f"output vs reference: {m}")
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_output_matches_the_reference_forward(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        check_output_close(c, seen.inputs, seen.run.result.output, seen.query)
+
+
+def release_of(subject):
+    """The release subject beside ``subject`` (``--baseline release``); else the test is not applicable."""
+    baseline = getattr(subject, "baseline", None)
+    if baseline is None:
+        pytest.skip("not applicable: no release baseline in this run (--baseline release; default with --vllm-overlay)")
+    if NOPE_FORWARD not in baseline.capabilities:
+        pytest.skip(f"not applicable: the release baseline {baseline.name!r} lacks {NOPE_FORWARD}")
+    return baseline
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_output_equals_the_release_forward(c, subject, device):
+    release = release_of(subject)
+    config, forward = new_forward(release, c, device)
+    inputs = build_inputs(c, device)  # the same values as the subject's: drawn from the case's seed
+    released = run_forward(config, forward, inputs.ql_nope, inputs)
+    for seen in forward_calls(c, subject, device):
+        n = c.num_actual_tokens
+        assert_bits_equal(seen.run.result.output[:n], released.result.output[:n], "output vs the vLLM release's")
 
 
 @pytest.mark.gpu
@@ -208,4 +291,4 @@ def test_forward_kernel_runs_on_gpu(c, subject, device):
     run = run_forward(config, forward, inputs.ql_nope, inputs)
     if not run.call.used_kernel:
         pytest.skip(f"not applicable: subject {subject.name!r} passes no attention kernel of its own")
-    check_output_close(c, inputs, run, oracle_query(c, inputs.ql_nope.contiguous(), inputs.q_pe))
+    check_output_close(c, inputs, run.result.output, oracle_query(c, inputs.ql_nope.contiguous(), inputs.q_pe))
