@@ -2,7 +2,7 @@
 
 Options: ``--subject`` (built-in name or ``module:attribute``), ``--device``
 (auto, cpu, cuda), ``--strict-gating``, ``--require CAP`` and ``--expect PART``.
-See README; the strict gating rule is in ``fixtures/gating.py``.
+See docs/running.md; the strict gating rule is in ``fixtures/gating.py``.
 """
 
 from __future__ import annotations

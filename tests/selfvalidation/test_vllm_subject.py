@@ -468,7 +468,7 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     _DecodeConcatQuantFP8 (reshape(0, -1) of an empty query), on every device (the
     reshape precedes the per-device quantiser).  vLLM's MLAAttention calls forward_mqa
     only with num_mqa_tokens > 0, so its own flow does not reach it.  When this test
-    fails, vLLM has fixed it: drop the test and the README note."""
+    fails, vLLM has fixed it: drop the test and its entry in docs/findings.md."""
     if FP8_DTYPE is None:
         pytest.skip("this torch has no fp8 dtype")
     c = forward_case(m=1, t=0, lora=512, kv_cache_dtype="fp8")
@@ -524,7 +524,7 @@ def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
     """Finding nope-zero-copy-ignores-dtype, pinned: the post-change forward_mqa hands a
     contiguous fp32 ql_nope itself to the attention of a bf16 model (the copy path
     would have converted it).  When this fails, vLLM has fixed it: drop the finding
-    (fixtures/findings.py), this test and the README entry."""
+    (fixtures/findings.py), this test and its entry in docs/findings.md."""
     if NOPE_ZERO_COPY not in vllm_subject.capabilities:
         pytest.skip(f"not applicable: {vllm_subject.capability_notes[NOPE_ZERO_COPY]}")
     finding = next(f for f in FORWARD_PATH_FINDINGS if f.key == "nope-zero-copy-ignores-dtype")
@@ -547,7 +547,7 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     on the device path of a CUDA-graph padded batch (speculative config: uniform
     4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
     release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
-    drop the finding (fixtures/findings.py), this test and the README entry."""
+    drop the finding (fixtures/findings.py), this test and its entry in docs/findings.md."""
     from fixtures.findings import match_builder_finding
 
     if importlib.util.find_spec("vllm") is None:

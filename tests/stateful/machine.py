@@ -93,7 +93,7 @@ def session():
 
 def machine_settings() -> settings:
     """The loaded profile with the machine's own size: 100 programs of up to 20
-    steps under ci (measured: see README), fewer under dev, more nightly."""
+    steps under ci (measured: see docs/measurements.md), fewer under dev, more nightly."""
     profile = getattr(settings, "_current_profile", None)
     examples = {"ci": 100, "nightly": 1000}.get(profile, 20)
     return settings(settings.default, max_examples=examples, stateful_step_count=20, report_multiple_bugs=False)
