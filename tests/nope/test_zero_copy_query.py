@@ -259,7 +259,8 @@ def test_output_matches_the_reference_forward(c, subject, device):
         check_output_close(c, seen.inputs, seen.run.result.output, seen.query)
 
 
-def release_of(subject):
+@pytest.fixture(scope="session")
+def release(subject):
     """The release subject beside ``subject`` (``--baseline release``); else the test is not applicable."""
     baseline = getattr(subject, "baseline", None)
     if baseline is None:
@@ -271,8 +272,7 @@ def release_of(subject):
 
 @nope_property()
 @given(c=forward_cases())
-def test_output_equals_the_release_forward(c, subject, device):
-    release = release_of(subject)
+def test_output_equals_the_release_forward(c, subject, release, device):
     config, forward = new_forward(release, c, device)
     inputs = build_inputs(c, device)  # the same values as the subject's: drawn from the case's seed
     released = run_forward(config, forward, inputs.ql_nope, inputs)

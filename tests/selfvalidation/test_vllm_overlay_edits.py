@@ -2,8 +2,8 @@
 
 Each edit of :mod:`fixtures.mutants.vllm_edits` is applied to a copy of the
 overlay given with ``--vllm-overlay`` (in a temporary folder), and the
-stateful and gating properties run against ``--subject vllm`` with that copy
-as the overlay, under the ``mutants`` profile (generated examples only, no
+edit's properties (stateful and gating, or the NoPE forward's for the top-k
+remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
 pinned ones): a property must fail.  Needs vLLM installed and
 ``--vllm-overlay`` (``tox -e vllm`` passes both); otherwise not applicable.
 """
@@ -16,9 +16,6 @@ import pytest
 
 from fixtures.killmatrix import run_pytest
 from fixtures.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
-
-# Stateful first: with -x most edits die there, before the slower gating table runs.
-PATHS = ("tests/stateful", "tests/gating")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +31,9 @@ def overlay(pytestconfig):
 @pytest.mark.parametrize("name", sorted(EDITS))
 def test_the_edit_is_caught_through_the_real_file(overlay, tmp_path, name):
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
-    proc = run_pytest("vllm", *PATHS, profile="mutants", extra=("-x", "-m", "verification", f"--vllm-overlay={edited}"))
+    proc = run_pytest(
+        "vllm", *EDITS[name].paths, profile="mutants", extra=("-x", "-m", "verification", f"--vllm-overlay={edited}")
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
     assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
