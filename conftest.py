@@ -16,9 +16,8 @@ _DEVICE_GUESS = configure_triton_interpreter()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
-from fixtures import stack, vllm_overlay  # noqa: E402
+from fixtures import profiles, stack, vllm_overlay  # noqa: E402
 from fixtures.devices import resolve_device  # noqa: E402
 from fixtures.gating import (  # noqa: E402
     NOT_APPLICABLE,
@@ -34,26 +33,8 @@ from fixtures.subjects import (  # noqa: E402
     missing_capabilities,
 )
 
-# ----- hypothesis profiles ---------------------------------------------------
-_COMMON = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=40, deadline=None, **_COMMON)
-settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None, print_blob=True, **_COMMON)
-settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True, **_COMMON)
-# The kill matrix's fuzzer check (python -m fixtures.killmatrix --profile mutants, run by
-# the selftest): the generated examples alone must catch each broken subject, so the pinned
-# @examples are skipped; derandomised, a third of ci's examples, no example database, and
-# for speed no explain phase and no search for further bugs once one is found.
-settings.register_profile(
-    "mutants",
-    max_examples=100,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    phases=[Phase.generate, Phase.target, Phase.shrink],
-    report_multiple_bugs=False,
-    **_COMMON,
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+# ----- hypothesis profiles (fixtures/profiles.py) --------------------------
+profiles.register_and_load()
 
 # Directories whose tests check the suite itself rather than a subject.
 SELFTEST_DIRS = ("oracles", "contracts", "selfvalidation")

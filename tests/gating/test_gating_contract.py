@@ -35,12 +35,13 @@ device path.
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fixtures.batches import make_batch
 from fixtures.harness import assert_int32_equal, check_seqlen_launches, new_config, run_step
 from fixtures.oracle_views import compare_state, expected_indptr, expected_path, expected_state
+from fixtures.profiles import sized
 from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.strategies import note_padded
 from fixtures.subjects import DEVICE_PATH, HOST_PATH, decode_threshold_for
@@ -112,10 +113,10 @@ def test_each_clause_alone_gates_the_host_path(subject, device, toggle):
     assert path == ("host" if toggle is None else "device")
 
 
-# 60 examples: each runs a seqlen kernel in the Triton interpreter (milliseconds
-# per request); the fixed table above covers every clause on every run.
+# Sized as "gating" (fixtures/profiles.py): each example runs a seqlen kernel in the
+# Triton interpreter; the fixed table above covers every clause on every run.
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
-@settings(max_examples=60)
+@sized("gating")
 @given(
     seq_lens=st.lists(context_lens(), min_size=1, max_size=4),
     toggle=st.sampled_from([None, *CONFIG_TOGGLES, *CLAUSE_TOGGLES]),
@@ -148,9 +149,8 @@ def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
     assert not np.array_equal(indptr.cpu().numpy(), host_formula), "device path result equals the host formula"
 
 
-# 60 examples: a seqlen kernel per example (see above).
 @pytest.mark.needs(DEVICE_PATH)
-@settings(max_examples=60)
+@sized("gating")
 @given(
     batch=st.one_of(
         overstated_bound_decode(M),
@@ -199,9 +199,8 @@ def test_cudagraph_padded_batches_follow_the_predicate(subject, device, name):
     assert check_gated_step(subject, device, config_kwargs, batch, TOPK, M) == path
 
 
-# 60 examples: a seqlen kernel per device-path example (see above).
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
-@settings(max_examples=60)
+@sized("gating")
 @given(
     data=st.data(),
     config=st.sampled_from(["host_capable", "no_pinned_memory", "no_upper_bound", "speculative"]),

@@ -37,6 +37,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from fixtures.batches import INT32_MAX, make_batch
 from fixtures.harness import check_seqlen_launches, host_int32, new_config, run_step
 from fixtures.oracle_views import compare_state, expected_path, expected_state
+from fixtures.profiles import STATEFUL_STEPS, sized
 from fixtures.step_strategies import (
     STEP_TOPKS,
     clause_toggled_decode,
@@ -92,11 +93,8 @@ def session():
 
 
 def machine_settings() -> settings:
-    """The loaded profile with the machine's own size: 100 programs of up to 20
-    steps under ci (measured: see docs/measurements.md), fewer under dev, more nightly."""
-    profile = getattr(settings, "_current_profile", None)
-    examples = {"ci": 100, "nightly": 1000}.get(profile, 20)
-    return settings(settings.default, max_examples=examples, stateful_step_count=20, report_multiple_bugs=False)
+    """The loaded profile with the machines' own size (``fixtures.profiles.SIZES["stateful"]``)."""
+    return sized("stateful", stateful_step_count=STATEFUL_STEPS, report_multiple_bugs=False)
 
 
 def expected_buffers(batch, topk: int, m: int, path: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
