@@ -5,6 +5,7 @@ import os
 import pytest
 import torch
 
+from fixtures.run_state import run_state
 from tests.benchmarks.subjects import bench_subjects
 
 
@@ -14,7 +15,7 @@ def pytest_generate_tests(metafunc):
     See :mod:`tests.benchmarks.subjects`; ``SPARSE_MLA_BENCH_BASELINE=none`` drops the baseline.
     """
     if "bench_subject" in metafunc.fixturenames:
-        subjects = bench_subjects(metafunc.config._sparse_mla["subject"])
+        subjects = bench_subjects(run_state(metafunc.config)["subject"])
         metafunc.parametrize("bench_subject", subjects, ids=[s.name for s in subjects])
 
 

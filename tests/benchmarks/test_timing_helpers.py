@@ -15,6 +15,7 @@ import pytest
 from fixtures import vllm_overlay
 from fixtures.gating import NOT_APPLICABLE
 from fixtures.harness import new_config
+from fixtures.run_state import run_state
 from fixtures.runtime import Event
 from fixtures.subjects import HOST_PATH
 from tests.benchmarks.stall import (
@@ -262,7 +263,7 @@ def test_bench_subjects_adds_the_reference_baseline():
 
 
 def test_session_measures_its_subject_and_the_baseline(pytestconfig):
-    session = pytestconfig._sparse_mla["subject"]
+    session = run_state(pytestconfig)["subject"]
     measured = bench_subjects(session)
     assert measured[-1] is session
     assert len(measured) == (1 if session.name == "reference" or baseline_spec() is None else 2)
@@ -301,7 +302,7 @@ def test_event_wait_instrumentation_on_the_real_builder(bench_subject, device):
 
 def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
     """The vllm subject's timed call is vLLM's build(): its CommonAttentionMetadata is made once."""
-    subject = pytestconfig._sparse_mla["subject"]
+    subject = run_state(pytestconfig)["subject"]
     if subject.name != "vllm":
         pytest.skip(f"{NOT_APPLICABLE}checks the vllm subject's step; this session's subject is {subject.name!r}")
     vllm_subject = sys.modules["fixtures.subjects.vllm_subject"]
@@ -322,7 +323,7 @@ def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
 
 def test_reference_session_imports_no_vllm(pytestconfig):
     """A default (reference) benchmark session never imports vLLM (this file runs after the benchmarks)."""
-    if pytestconfig._sparse_mla["subject"].name != "reference":
+    if run_state(pytestconfig)["subject"].name != "reference":
         pytest.skip(f"{NOT_APPLICABLE}this session's subject is not the reference")
     if pytestconfig.getoption("--expect"):
         pytest.skip(f"{NOT_APPLICABLE}--expect probes the stack, which may import vLLM's dependencies")

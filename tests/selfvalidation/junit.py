@@ -11,13 +11,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_pytest(args, junit: Path, *, env_extra=None, timeout=600) -> subprocess.CompletedProcess:
-    """``python -m pytest ARGS --junitxml=JUNIT`` from the repository root, CI profile."""
+def run_pytest(
+    args, junit: Path, *, env_extra=None, timeout=600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS --junitxml=JUNIT``, CI profile, from the repository root.
+
+    With ``cwd`` (a temporary folder): run there with the suite's plugin loaded by
+    ``-p fixtures.plugin`` and the repository importable, nothing written into the checkout.
+    """
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS", "SPARSE_MLA_STRICT"):
         env.pop(name, None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    plugin = []
+    if cwd is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+        plugin = ["-p", "fixtures.plugin"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, f"--junitxml={junit}", *args]
+    return subprocess.run(cmd, cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def outcomes(junit: Path) -> dict[str, dict]:

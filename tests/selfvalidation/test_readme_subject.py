@@ -1,7 +1,6 @@
 """The minimal external subject printed in docs/subject-protocol.md works as documented."""
 
 import re
-import shutil
 
 from fixtures.killmatrix import ROOT, run_pytest
 
@@ -9,13 +8,8 @@ from fixtures.killmatrix import ROOT, run_pytest
 def test_readme_minimal_subject_runs_and_passes(tmp_path):
     readme = (ROOT / "docs" / "subject-protocol.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "class MinimalSubject" in b)
-    module = ROOT / "_readme_subject_tmp.py"
-    module.write_text(block)
-    try:
-        proc = run_pytest("_readme_subject_tmp:MinimalSubject", "tests/differential")
-    finally:
-        module.unlink()
-        shutil.rmtree(ROOT / "__pycache__", ignore_errors=True)
+    (tmp_path / "_readme_subject_tmp.py").write_text(block)  # a temporary folder, never the checkout
+    proc = run_pytest("_readme_subject_tmp:MinimalSubject", "tests/differential", pythonpath=[tmp_path])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "test_step_metadata_matches_oracle  [1 passed" in out, out[-3000:]

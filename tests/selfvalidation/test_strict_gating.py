@@ -1,9 +1,9 @@
 """Strict gating: what skips, what errors, and what stops the run (rule: fixtures/gating.py).
 
-A probe module is written into the repository root (so the suite's
-conftest applies) with one test per kind of skip, plus a subject that has
-only the device path, and run in subprocesses with and without
-``--strict-gating``.
+A probe module with one test per kind of skip, plus a subject that has only
+the device path, is written into a temporary folder and run there in
+subprocesses with the suite's plugin (``-p fixtures.plugin``), with and
+without ``--strict-gating``.
 """
 
 import importlib.util
@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from tests.selfvalidation.junit import ROOT, outcomes, run_pytest
+from tests.selfvalidation.junit import outcomes, run_pytest
 
 PROBE = """
 import pytest
@@ -48,18 +48,15 @@ HAS_GPU = torch.cuda.is_available()
 
 
 @pytest.fixture(scope="module")
-def probe():
-    path = ROOT / f"{MODULE}.py"
-    path.write_text(PROBE)
-    try:
-        yield path.name
-    finally:
-        path.unlink()
+def probe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("strict_probe")
+    (folder / f"{MODULE}.py").write_text(PROBE)
+    return folder
 
 
 def run_probe(probe, tmp_path, *args):
     junit = tmp_path / "probe.xml"
-    proc = run_pytest([probe, f"--subject={MODULE}:DevicePathOnly", *args], junit)
+    proc = run_pytest([f"{MODULE}.py", f"--subject={MODULE}:DevicePathOnly", *args], junit, cwd=probe)
     results = outcomes(junit) if junit.exists() else {}
     return proc, {name.rsplit("::", 1)[1]: r for name, r in results.items()}
 
