@@ -1,4 +1,4 @@
-"""Oracles for the sparse MLA decode metadata (BRIEF section 1a-1c).
+"""Oracles for the sparse MLA decode metadata: device path, host path and its legality rule.
 
 All inputs are host arrays or Python ints; all outputs are numpy ``int32``
 arrays (the dtype of the buffers under test), computed with ``int64``
@@ -101,7 +101,7 @@ def paged_kv_last_page_len(num_tokens: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class HostPathClauses:
-    """Each clause of the host-path legality predicate (BRIEF 1c), by name."""
+    """Each clause of the host-path legality predicate, by name."""
 
     no_speculative_config: bool
     pinned_memory: bool

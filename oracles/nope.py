@@ -1,4 +1,4 @@
-"""Oracles for the NoPE zero-copy query (BRIEF section 1d), in plain torch.
+"""Oracles for the NoPE zero-copy query, in plain torch.
 
 * :func:`expected_forward_path`: which branch ``forward_mqa`` must take.
 * :func:`is_contiguous`: row-major contiguity from sizes and strides alone,

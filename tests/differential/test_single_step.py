@@ -12,12 +12,12 @@ import torch
 from hypothesis import example, given, note
 
 from fixtures.batches import make_batch
-from fixtures.harness import assert_int32_equal, count_triton_launches, new_config, run_step
-from fixtures.oracle_views import assert_fixed_equal, expected_path, expected_seqlens, expected_state
+from fixtures.harness import assert_fixed_equal, assert_int32_equal, count_triton_launches, new_config, run_step
 from fixtures.runtime import GuardedAllocator
 from fixtures.strategies import BATCH_KINDS, Case, cases
 from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
 from oracles import metadata as oracle
+from oracles.step import expected_path, expected_seqlens, expected_state
 
 CHANGE_SEQ_LENS = [1, 5, 63, 64, 65, 2047, 2048, 2049, 131072]
 INT32_MAX = 2**31 - 1
@@ -122,7 +122,7 @@ def test_step_metadata_matches_oracle(subject, device, case):
     """Property 3 (and the rest of a step): req_id_per_token, qo_indptr,
     paged_kv_last_page_len and paged_kv_indptr of a fresh builder equal the
     oracle over their whole persistent buffers (the entries the contract
-    fixes: ``fixtures.oracle_views.expected_state``); the path taken is the
+    fixes: ``oracles.step.expected_state``); the path taken is the
     one the legality predicate allows."""
     batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
     pin = HOST_PATH in subject.capabilities

@@ -1,4 +1,4 @@
-"""The gating contract of the host path (BRIEF 1c).
+"""The gating contract of the host path.
 
 The host path is taken if and only if every clause of the legality predicate
 holds: no speculative config, pinned memory, ``seq_lens_cpu_upper_bound``
@@ -39,13 +39,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fixtures.batches import make_batch
-from fixtures.harness import assert_int32_equal, check_seqlen_launches, new_config, run_step
-from fixtures.oracle_views import compare_state, expected_indptr, expected_path, expected_state
+from fixtures.harness import assert_int32_equal, check_seqlen_launches, compare_state, new_config, run_step
 from fixtures.profiles import sized
 from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.strategies import note_padded
 from fixtures.subjects import DEVICE_PATH, HOST_PATH, decode_threshold_for
 from oracles import metadata as oracle
+from oracles.step import expected_indptr, expected_path, expected_state
 
 M = 8
 TOPK = 64

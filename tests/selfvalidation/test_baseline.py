@@ -15,9 +15,9 @@ from fixtures.baseline import BaselineMismatch, WithBaseline, compare_with_basel
 from fixtures.batches import make_batch
 from fixtures.harness import new_config, run_step
 from fixtures.mutants import MUTANTS
-from fixtures.oracle_views import expected_indptr
 from fixtures.stream_model import OnModelDevice, StreamModelRuntime
 from fixtures.subjects.reference import ReferenceSubject
+from oracles.step import expected_indptr
 
 MIXED = make_batch([1, 2], [5, 9])  # a device-path step
 

@@ -21,7 +21,6 @@ from fixtures.init_attributes import IncompleteFixture, init_attributes
 from fixtures.killmatrix import run_pytest as run_suite
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs
 from fixtures.nope_harness import new_forward, run_forward
-from fixtures.oracle_views import expected_seqlens
 from fixtures.runtime import EagerRuntime, Event
 from fixtures.subjects import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 from fixtures.subjects.vllm_forward import IMPL, PaddingObserver, VllmForward
@@ -40,6 +39,7 @@ from fixtures.subjects.vllm_subject import (
     forward_notes,
     has_nope_zero_copy,
 )
+from oracles.step import expected_seqlens
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ A plain-Python model holds what every persistent buffer must contain after
 each step (the whole buffers: ``req_id_per_token`` past the batch is zero
 again, all ``M + 1`` entries of ``paged_kv_indptr``), and the path each step
 must take comes from the legality oracle.  The model is
-:func:`fixtures.oracle_views.expected_state` of the step's batch and path;
+:func:`oracles.step.expected_state` of the step's batch and path;
 only the entries the contract fixes are compared (on a device-path step of a
 CUDA-graph padded batch, the pad tokens' ``req_id_per_token`` is not).  Every step runs through
 :func:`fixtures.harness.run_step` (input validation, Triton launch count,
@@ -35,8 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fixtures.batches import INT32_MAX, make_batch
-from fixtures.harness import check_seqlen_launches, host_int32, new_config, run_step
-from fixtures.oracle_views import compare_state, expected_path, expected_state
+from fixtures.harness import check_seqlen_launches, compare_state, host_int32, new_config, run_step
 from fixtures.profiles import STATEFUL_STEPS, sized
 from fixtures.step_strategies import (
     STEP_TOPKS,
@@ -50,6 +49,7 @@ from fixtures.step_strategies import (
 )
 from fixtures.stream_model import OnModelDevice, StreamModelRuntime
 from fixtures.subjects import HOST_PATH, decode_threshold_for
+from oracles.step import expected_path, expected_state
 
 M = 6  # max_num_batched_tokens of a machine: small grids, n == M reachable
 SPEC = decode_threshold_for(True)  # the decode threshold of a speculative config
@@ -100,7 +100,7 @@ def machine_settings() -> settings:
 def expected_buffers(batch, topk: int, m: int, path: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The whole persistent buffers after a step on ``batch`` taking ``path`` (model
     of the builder): ``{name: (values, fixed)}`` from
-    :func:`fixtures.oracle_views.expected_state`; ``path=None``: the entries
+    :func:`oracles.step.expected_state`; ``path=None``: the entries
     fixed on either path."""
     return expected_state(batch, path, topk, m)
 

@@ -1,4 +1,4 @@
-"""Stateful fuzzing of one builder across build steps (BRIEF 1c).
+"""Stateful fuzzing of one builder across build steps.
 
 Each test drives one builder of the session's subject through programs of
 up to 20 steps (pure decode growing, shrinking or keeping its size, mixed,

@@ -16,8 +16,8 @@ import torch
 
 from fixtures.batches import make_batch
 from fixtures.harness import new_config
-from fixtures.oracle_views import expected_path
 from fixtures.subjects import HOST_PATH
+from oracles.step import expected_path
 from tests.stateful.machine import compare_buffers, expected_buffers
 
 M = 64
