@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from fixtures.killmatrix import ROOT, pytest_env
 
 
 def run_pytest(
@@ -19,13 +18,8 @@ def run_pytest(
     With ``cwd`` (a temporary folder): run there with the suite's plugin loaded by
     ``-p fixtures.plugin`` and the repository importable, nothing written into the checkout.
     """
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS", "SPARSE_MLA_STRICT"):
-        env.pop(name, None)
-    plugin = []
-    if cwd is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
-        plugin = ["-p", "fixtures.plugin"]
+    env = {**pytest_env("ci", pythonpath=[ROOT] if cwd is not None else []), **(env_extra or {})}
+    plugin = ["-p", "fixtures.plugin"] if cwd is not None else []
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, f"--junitxml={junit}", *args]
     return subprocess.run(cmd, cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
