@@ -27,8 +27,6 @@ Two runtimes drive the same machine:
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 from hypothesis import note, settings
 from hypothesis import strategies as st
@@ -73,23 +71,10 @@ def at_speculative_threshold(self) -> bool:
     return self.builder is not None and self.speculative
 
 
-_SESSION: dict = {}
-
-
-@contextlib.contextmanager
-def session_subject(subject, device):
-    """Make the session's subject and device visible to the machines (module-level accessor)."""
-    _SESSION.update(subject=subject, device=device)
-    try:
-        yield
-    finally:
-        _SESSION.clear()
-
-
-def session():
-    if not _SESSION:
-        raise RuntimeError("the builder machines run inside session_subject(subject, device)")
-    return _SESSION["subject"], _SESSION["device"]
+def machine_for(kind: type, subject, device) -> type:
+    """``kind`` (a :class:`BuilderMachine`) bound to the run's subject and device: a subclass of the
+    same name, so a failing program still prints as ``state = <kind>()``."""
+    return type(kind.__name__, (kind,), {"subject": subject, "device": device, "__module__": kind.__module__})
 
 
 def machine_settings() -> settings:
@@ -112,7 +97,10 @@ def compare_buffers(actual: dict, expected: dict, when: str) -> None:
 
 
 class BuilderMachine(RuleBasedStateMachine):
-    """Rules are build steps; the model is ``self.expected`` (see module doc)."""
+    """Rules are build steps; the model is ``self.expected`` (see module doc).  Run a subclass made
+    by :func:`machine_for`, which sets the subject and device."""
+
+    subject = device = None
 
     def __init__(self):
         super().__init__()
@@ -128,7 +116,9 @@ class BuilderMachine(RuleBasedStateMachine):
     @initialize(topk=st.sampled_from(STEP_TOPKS), config=st.sampled_from(CONFIG_KINDS))
     def configure(self, topk, config):
         """A builder config's speculative flag and pinned memory are fixed per builder."""
-        subject, device = session()
+        subject, device = self.subject, self.device
+        if subject is None:
+            raise RuntimeError(f"{type(self).__name__} runs as machine_for({type(self).__name__}, subject, device)")
         self.pin_memory = config != "no_pinned_memory" and HOST_PATH in subject.capabilities
         self.speculative = config == "speculative"
         self.topk = topk

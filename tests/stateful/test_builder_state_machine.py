@@ -25,8 +25,8 @@ from fixtures.subjects import DEVICE_PATH, PERSISTENT_BUFFERS
 from tests.stateful.machine import (
     EagerBuilderMachine,
     StreamModelBuilderMachine,
+    machine_for,
     machine_settings,
-    session_subject,
 )
 
 
@@ -49,8 +49,8 @@ def test_builder_steps_match_model(subject, device, request):
     """Whole persistent buffers and the path taken match the model after every
     step, with the config's own runtime (on CPU: eager copies, and pinned
     memory stood in by plain host memory; on a GPU: the real stream)."""
-    with session_subject(subject, device), statistics_for(request.node):
-        run_state_machine_as_test(EagerBuilderMachine, settings=machine_settings())
+    with statistics_for(request.node):
+        run_state_machine_as_test(machine_for(EagerBuilderMachine, subject, device), settings=machine_settings())
 
 
 @pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
@@ -60,5 +60,6 @@ def test_builder_steps_on_stream_model_stand_in_for_gpu_stream(subject, device, 
     the attention kernel) snapshots the buffers in stream order and must see
     the model's buffers of its step, and a host write into a pending copy's
     source fails, naming the buffer, the step and the indices."""
-    with session_subject(subject, device), statistics_for(request.node):
-        run_state_machine_as_test(StreamModelBuilderMachine, settings=machine_settings())
+    with statistics_for(request.node):
+        machine = machine_for(StreamModelBuilderMachine, subject, device)
+        run_state_machine_as_test(machine, settings=machine_settings())
