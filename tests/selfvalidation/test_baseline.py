@@ -66,3 +66,16 @@ def test_only_host_path_pad_tokens_req_ids_are_left_out():
     compare_with_baseline(ids, release, padded, "host", "step 1")
     with pytest.raises(BaselineMismatch, match="first at index 2"):
         compare_with_baseline(ids, release, padded, "device", "step 1")
+
+
+def test_a_release_that_differs_on_padded_batches_only_is_caught_there_only():
+    """The differential against the release sees a general-path divergence that only CUDA-graph padding
+    exposes: a "release" whose seqlen kernel gives the pad tokens keys agrees on every unpadded step."""
+    paired = WithBaseline(ReferenceSubject(), MUTANTS["kernel_keeps_padding"]())
+    config = new_config("cpu", 8, 4, pin_memory=False)  # no pinned memory: every step takes the device path
+    builder = paired.make_builder(config)
+    assert run_step(builder, make_batch([1, 1], [5, 9]), config).result.path == "device"
+    assert run_step(builder, MIXED, config).result.path == "device"
+    padded = make_batch([1, 1], [5, 9], cudagraph_pad=4)
+    with pytest.raises(BaselineMismatch, match=r"paged_kv_indptr differs from the vLLM release's \(device path"):
+        run_step(builder, padded, config)
