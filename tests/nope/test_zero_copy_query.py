@@ -22,6 +22,9 @@ failure (and a kill in the kill matrix) names the property:
   byte-for-byte unchanged;
 - ``test_zero_copy_and_copy_outputs_are_bit_equal``: the same values give the
   same output bits on both branches (same forward, same downstream attention);
+- ``test_attention_reads_the_steps_kv_indices``: the attention gets the
+  step's ``paged_kv_indptr`` and live ``paged_kv_indices``, bit for bit (vLLM
+  rebuilds the indices through its top-k remap);
 - ``test_output_matches_the_reference_forward``: the output is close to the
   reference sparse MLA forward within ``oracles.nope.FORWARD_TOLERANCES``;
 - ``test_output_equals_the_release_forward``: with ``--baseline release``, the
@@ -45,6 +48,7 @@ from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_ca
 from fixtures.nope_harness import (
     ForwardRun,
     assert_bits_equal,
+    assert_handed_metadata,
     is_sentinel,
     new_forward,
     pass_over_path_finding,
@@ -234,6 +238,13 @@ def test_zero_copy_and_copy_outputs_are_bit_equal(c, subject, device):
     if len(outputs) == 2:  # else a known finding was passed over
         (first, a), (second, b) = outputs
         assert_bits_equal(b, a, f"{first} vs {second} output")
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_attention_reads_the_steps_kv_indices(c, subject, device):
+    for seen in forward_calls(c, subject, device):
+        assert_handed_metadata(seen.run.call.metadata, seen.inputs.metadata)
 
 
 def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torch.Tensor) -> None:

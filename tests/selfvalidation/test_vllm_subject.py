@@ -20,7 +20,7 @@ from fixtures.harness import count_triton_launches, new_config, run_step
 from fixtures.init_attributes import IncompleteFixture, init_attributes
 from fixtures.killmatrix import run_pytest as run_suite
 from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs
-from fixtures.nope_harness import new_forward, run_forward
+from fixtures.nope_harness import assert_handed_metadata, new_forward, run_forward
 from fixtures.runtime import EagerRuntime, Event
 from fixtures.subjects import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 from fixtures.subjects.vllm_forward import IMPL, PaddingObserver, VllmForward
@@ -414,11 +414,14 @@ def test_forward_runs_vllms_remap_kernel_and_hands_on_the_protocols_indices(vllm
 
 
 class MisMappedForward(VllmForward):
-    """Hands vLLM a block table that is not the identity: the remap must be caught."""
+    """Hands vLLM a block table with each request's first two blocks swapped: still in range, but not the
+    layout its top-k indices were written for, so the remapped indices must be caught."""
 
     def attn_metadata(self, metadata, num_tokens, num_slots):
         md = super().attn_metadata(metadata, num_tokens, num_slots)
-        md.block_table = md.block_table.flip(-1).contiguous()
+        table = md.block_table.clone()
+        table[:, [0, 1]] = table[:, [1, 0]]
+        md.block_table = table
         return md
 
 
@@ -427,13 +430,14 @@ class MisMappedSubject(VllmSubject):
         return MisMappedForward(self, config)
 
 
-def test_a_wrong_metadata_mapping_fails_in_the_adapter(vllm_subject, device):
+def test_a_wrong_metadata_mapping_reaches_the_attention_and_is_caught(vllm_subject, device):
     c = forward_case(num_slots=6, topk=3, seed=5)
-    forward = new_forward(MisMappedSubject(), c, device)[1]
+    config, forward = new_forward(MisMappedSubject(), c, device)
     inputs = build_inputs(c, device)
     assert int(inputs.metadata.paged_kv_indptr[-1]) > 0, "the case must attend some keys"
-    with pytest.raises(AssertionError, match="paged_kv_indices vLLM remapped"):
-        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    run = run_forward(config, forward, inputs.ql_nope, inputs)
+    with pytest.raises(AssertionError, match="paged_kv_indices handed downstream"):
+        assert_handed_metadata(run.call.metadata, inputs.metadata)
 
 
 @pytest.mark.parametrize("heads", [1, 3, 16, 17])
