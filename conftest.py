@@ -1,3 +1,3 @@
-"""Loads the suite's pytest plugin (fixtures/plugin.py) for every test under this folder."""
+"""Loads the suite's pytest plugin (fixtures/plugin/hooks.py) for every test under this folder."""
 
-pytest_plugins = ["fixtures.plugin"]
+pytest_plugins = ["fixtures.plugin.hooks"]

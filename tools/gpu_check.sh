@@ -78,7 +78,7 @@ step() {
 }
 
 export CI=${CI:-true}
-step stack "$OUT/stack.txt" "$PY" -m fixtures.stack
+step stack "$OUT/stack.txt" "$PY" -m fixtures.plugin.stack
 step gpu-properties "$OUT/gpu.log" "$PY" -m pytest -m gpu --strict-gating --device cuda \
     -p no:cacheprovider --junitxml="$OUT/junit-gpu.xml" "$@"
 step verification "$OUT/verification.log" "$PY" -m pytest -m verification --strict-gating --device cuda \

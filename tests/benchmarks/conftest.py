@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from fixtures.run_state import run_state
+from fixtures.plugin.run_state import run_state
 from tests.benchmarks.subjects import bench_subjects
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fixtures import vllm_overlay
-from fixtures.batches import make_batch
+from fixtures.inputs.batches import make_batch
 from fixtures.subjects import load_subject
+from fixtures.subjects.vllm import overlay as vllm_overlay
 
 BASELINE_ENV = "SPARSE_MLA_BENCH_BASELINE"
 DEFAULT_BASELINE = "reference"
@@ -39,7 +39,7 @@ DEFAULT_BASELINE = "reference"
 N_SWEEP = (1, 8, 64, 512, 4096)
 M_SWEEP = (8192, 16384, 65536)
 TOPK = 2048
-VLLM_BUILDER_MODULE = "fixtures.subjects.vllm_subject"
+VLLM_BUILDER_MODULE = "fixtures.subjects.vllm.subject"
 
 
 def pure_decode_batch(n: int, seed: int = 0):

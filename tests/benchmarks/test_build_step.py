@@ -27,9 +27,9 @@ import os
 
 import pytest
 
-from fixtures.gating import NOT_APPLICABLE
-from fixtures.harness import count_triton_launches, new_config
-from fixtures.subjects import DEVICE_PATH, HOST_PATH
+from fixtures.harness.step import count_triton_launches, new_config
+from fixtures.plugin.gating import NOT_APPLICABLE
+from fixtures.protocol import DEVICE_PATH, HOST_PATH
 from tests.benchmarks.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
 from tests.benchmarks.timing import warmed_step
 

@@ -44,9 +44,9 @@ import os
 import pytest
 import torch
 
-from fixtures.gating import NOT_APPLICABLE
-from fixtures.harness import new_config
-from fixtures.subjects import HOST_PATH
+from fixtures.harness.step import new_config
+from fixtures.plugin.gating import NOT_APPLICABLE
+from fixtures.protocol import HOST_PATH
 from tests.benchmarks.stall import (
     STALL_POSITIONS,
     StallRounds,

@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from fixtures import vllm_overlay
-from fixtures.gating import NOT_APPLICABLE
-from fixtures.harness import new_config
-from fixtures.run_state import run_state
-from fixtures.runtime import Event
-from fixtures.subjects import HOST_PATH
+from fixtures.harness.step import new_config
+from fixtures.models.runtime import Event
+from fixtures.plugin.gating import NOT_APPLICABLE
+from fixtures.plugin.run_state import run_state
+from fixtures.protocol import HOST_PATH
+from fixtures.subjects.vllm import overlay as vllm_overlay
 from tests.benchmarks.stall import (
     StallRounds,
     TimedEventProxy,
@@ -250,7 +250,7 @@ def test_baseline_spec():
     assert baseline_spec({}) == "reference"
     assert baseline_spec({BASELINE_ENV: "none"}) is None
     assert baseline_spec({BASELINE_ENV: ""}) is None
-    assert baseline_spec({BASELINE_ENV: " fixtures.mutants:x "}) == "fixtures.mutants:x"
+    assert baseline_spec({BASELINE_ENV: " fixtures.subjects.mutants:x "}) == "fixtures.subjects.mutants:x"
 
 
 def test_bench_subjects_adds_the_reference_baseline():
@@ -305,7 +305,7 @@ def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
     subject = run_state(pytestconfig)["subject"]
     if subject.name != "vllm":
         pytest.skip(f"{NOT_APPLICABLE}checks the vllm subject's step; this session's subject is {subject.name!r}")
-    vllm_subject = sys.modules["fixtures.subjects.vllm_subject"]
+    vllm_subject = sys.modules["fixtures.subjects.vllm.subject"]
     made = []
     real = vllm_subject.common_attn_metadata
     monkeypatch.setattr(vllm_subject, "common_attn_metadata", lambda *a, **k: made.append(1) or real(*a, **k))

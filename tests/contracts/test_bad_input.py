@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixtures.batches import Batch, InvalidBatch, make_batch, validate_batch
-from fixtures.harness import new_config, run_step
-from fixtures.strategies import Case, cases
-from fixtures.subjects import NUM_SPECULATIVE_TOKENS, SubjectError, load_subject
+from fixtures.harness.step import new_config, run_step
+from fixtures.inputs.batches import Batch, InvalidBatch, make_batch, validate_batch
+from fixtures.inputs.strategies import Case, cases
+from fixtures.protocol import NUM_SPECULATIVE_TOKENS, SubjectError
+from fixtures.subjects import load_subject
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -380,14 +381,14 @@ def test_external_subject_errors_name_the_problem():
     with pytest.raises(SubjectError, match="cannot import module 'no_such_module_x'"):
         load_subject("no_such_module_x:thing")
     with pytest.raises(SubjectError, match="has no attribute 'missing'"):
-        load_subject("fixtures.mutants:missing")
+        load_subject("fixtures.subjects.mutants:missing")
     with pytest.raises(SubjectError, match="missing name, capabilities, make_builder"):
-        load_subject("fixtures.batches:InvalidBatch")
+        load_subject("fixtures.inputs.batches:InvalidBatch")
 
 
 def test_external_subject_with_unknown_capability():
     with pytest.raises(SubjectError, match="unknown capabilities"):
-        from fixtures.subjects import check_subject
+        from fixtures.protocol import check_subject
 
         class Odd:
             name = "odd"

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fixtures.attention import DownstreamAttention
-from fixtures.nope_cases import LAYOUTS, lay_out
-from fixtures.runtime import GuardedAllocator, GuardViolation
-from fixtures.subjects import NOPE_FORWARD, ForwardConfig, ForwardMetadata, SubjectError, check_subject
+from fixtures.inputs.forward_cases import LAYOUTS, lay_out
+from fixtures.models.attention import DownstreamAttention
+from fixtures.models.runtime import GuardedAllocator, GuardViolation
+from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, SubjectError, check_subject
 
 
 def test_shaped_buffer_is_a_dense_view_with_a_guard_after_its_last_element():
@@ -23,7 +23,7 @@ def test_shaped_buffer_is_a_dense_view_with_a_guard_after_its_last_element():
 
 def layer(**kw):
     base = dict(max_num_batched_tokens=4, num_heads=2, kv_lora_rank=8, qk_rope_head_dim=0)
-    return ForwardConfig(**{**base, **kw}, model_dtype=torch.bfloat16, device="cpu")
+    return ForwardConfig(**{**base, **kw}, model_dtype=torch.bfloat16, device="cpu", allocator=GuardedAllocator("cpu"))
 
 
 @pytest.mark.parametrize(

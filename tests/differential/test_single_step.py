@@ -1,6 +1,6 @@
 """Differential properties of one build step: subject vs oracle, host vs device path.
 
-Every step runs through ``fixtures.harness.run_step``, which also checks the
+Every step runs through ``fixtures.harness.step.run_step``, which also checks the
 sentinel guard band past each persistent buffer (out-of-bounds writes fail).
 On CPU, ``pin_memory=True`` stands in for pinned memory (CPU torch has none):
 the host path runs its real numpy code and its upload is a synchronous copy.
@@ -11,11 +11,12 @@ import pytest
 import torch
 from hypothesis import example, given, note
 
-from fixtures.batches import make_batch
-from fixtures.harness import assert_fixed_equal, assert_int32_equal, count_triton_launches, new_config, run_step
-from fixtures.runtime import GuardedAllocator
-from fixtures.strategies import BATCH_KINDS, Case, cases
-from fixtures.subjects import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
+from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal
+from fixtures.harness.step import count_triton_launches, new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.inputs.strategies import BATCH_KINDS, Case, cases
+from fixtures.models.runtime import GuardedAllocator
+from fixtures.protocol import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
 from oracles import metadata as oracle
 from oracles.step import expected_path, expected_seqlens, expected_state
 

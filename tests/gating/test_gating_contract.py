@@ -38,12 +38,13 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fixtures.batches import make_batch
-from fixtures.harness import assert_int32_equal, check_seqlen_launches, compare_state, new_config, run_step
-from fixtures.profiles import sized
-from fixtures.step_strategies import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
-from fixtures.strategies import note_padded
-from fixtures.subjects import DEVICE_PATH, HOST_PATH, decode_threshold_for
+from fixtures.harness.compare import assert_int32_equal, compare_state
+from fixtures.harness.step import check_seqlen_launches, new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.inputs.steps import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
+from fixtures.inputs.strategies import note_padded
+from fixtures.plugin.profiles import sized
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, decode_threshold_for
 from oracles import metadata as oracle
 from oracles.step import expected_indptr, expected_path, expected_state
 
@@ -113,7 +114,7 @@ def test_each_clause_alone_gates_the_host_path(subject, device, toggle):
     assert path == ("host" if toggle is None else "device")
 
 
-# Sized as "gating" (fixtures/profiles.py): each example runs a seqlen kernel in the
+# Sized as "gating" (fixtures/plugin/profiles.py): each example runs a seqlen kernel in the
 # Triton interpreter; the fixed table above covers every clause on every run.
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
 @sized("gating")

@@ -1,6 +1,6 @@
 """NoPE zero-copy query: ``forward_mqa`` against the legality oracle and its copy path, one test per property.
 
-Every drawn case (``fixtures.nope_cases``: T from 0 to M, padded batches,
+Every drawn case (``fixtures.inputs.forward_cases``: T from 0 to M, padded batches,
 1..128 heads, kv_lora_rank 512 and small ranks, bf16/fp16/fp32 ``ql_nope``
 against bf16/fp16 model dtypes, fp8 caches, every layout a bmm produces) runs
 ``forward_mqa`` on its ``ql_nope`` and, where the layer has both branches
@@ -34,7 +34,7 @@ A property is checked against the branch the forward took, so a wrong branch
 fails the first test only.  On CPU the downstream attention is the reference
 sparse MLA forward (``oracles.nope.sparse_mla_forward``), standing in for the
 GPU kernel that cannot run here; on a GPU a subject's own kernel runs
-(``fixtures.attention.DownstreamAttention``).
+(``fixtures.models.attention.DownstreamAttention``).
 """
 
 from collections.abc import Iterator
@@ -44,19 +44,18 @@ import pytest
 import torch
 from hypothesis import event, example, given, note
 
-from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
-from fixtures.nope_harness import (
+from fixtures.harness.compare import assert_bits_equal
+from fixtures.harness.forward import (
     ForwardRun,
-    assert_bits_equal,
     assert_handed_metadata,
     is_sentinel,
     new_forward,
     pass_over_path_finding,
     run_forward,
-    same_place,
-    storage_bytes,
 )
-from fixtures.subjects import NOPE_FORWARD, NOPE_ZERO_COPY
+from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
+from fixtures.models.tensors import same_place, storage_bytes
+from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY
 from oracles import nope as oracle
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -89,7 +88,7 @@ PINNED = [
 ]
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
-    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/findings.py).
+    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/harness/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
 
@@ -147,7 +146,7 @@ def forward_calls(c: ForwardCase, subject, device) -> Iterator[Seen]:
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
     Stops, after the finding's warning, when the branch taken is a known
-    finding's on these inputs (``fixtures.findings``)."""
+    finding's on these inputs (``fixtures.harness.findings``)."""
     config, forward = new_forward(subject, c, device)
     inputs = build_inputs(c, device)
     ql = inputs.ql_nope

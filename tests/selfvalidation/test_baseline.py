@@ -1,4 +1,4 @@
-"""The second-oracle mechanism (``fixtures.baseline``) on subjects that need no vLLM.
+"""The second-oracle mechanism (``fixtures.harness.baseline``) on subjects that need no vLLM.
 
 The reference stands in for the subject and a broken variant for the
 "release": a difference in the whole buffers must raise with both sides and
@@ -11,11 +11,11 @@ req_id) is not compared.
 import numpy as np
 import pytest
 
-from fixtures.baseline import BaselineMismatch, WithBaseline, compare_with_baseline, compared_mask
-from fixtures.batches import make_batch
-from fixtures.harness import new_config, run_step
-from fixtures.mutants import MUTANTS
-from fixtures.stream_model import OnModelDevice, StreamModelRuntime
+from fixtures.harness.baseline import BaselineMismatch, WithBaseline, compare_with_baseline, compared_mask
+from fixtures.harness.step import new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.models.stream_model import OnModelDevice, StreamModelRuntime
+from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.reference import ReferenceSubject
 from oracles.step import expected_indptr
 

@@ -7,7 +7,7 @@ check names each attribute a fixture lacks.
 
 import pytest
 
-from fixtures.init_attributes import IncompleteFixture, check_complete, init_attributes
+from fixtures.subjects.vllm.init_attributes import IncompleteFixture, check_complete, init_attributes
 
 
 class Root:

@@ -1,7 +1,7 @@
 """The kill matrix: every broken subject in the catalogue is caught, the unbroken one is not.
 
 ``test_catalogue_killed_and_reference_clean`` runs the whole matrix (every
-mutant in ``fixtures.mutants.MUTANTS`` x every verification property, plus the
+mutant in ``fixtures.subjects.mutants.MUTANTS`` x every verification property, plus the
 reference) under the ``mutants`` hypothesis profile: derandomised, 100
 generated examples per property and no pinned ``@example``, so the fuzzers
 themselves must find each bug; a change that weakens a strategy or a property
@@ -18,9 +18,9 @@ import textwrap
 
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from fixtures.killmatrix import KILLED, PASSED, ROOT, SURVIVED
-from fixtures.killmatrix_plugin import _falsifying_blocks, counterexample_size, machine_non_steps
-from fixtures.mutants import MUTANTS
+from fixtures.subjects.mutants import MUTANTS
+from tools.killmatrix import KILLED, PASSED, ROOT, SURVIVED
+from tools.killmatrix_plugin import _falsifying_blocks, counterexample_size, machine_non_steps
 
 # Target for the fuzzers: the median mutant is caught within this many generated examples.
 # (The shrunk counterexample sizes are measured and reported in the tables, not asserted.)
@@ -28,7 +28,7 @@ MEDIAN_EXAMPLES_TO_FIRST_KILL = 50
 
 
 def run_matrix(out, *args, env=None):
-    cmd = [sys.executable, "-m", "fixtures.killmatrix", f"--out={out}", *args]
+    cmd = [sys.executable, "-m", "tools.killmatrix", f"--out={out}", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     matrix_file = out / "kill_matrix.json"
     matrix = json.loads(matrix_file.read_text()) if matrix_file.exists() else None
@@ -74,7 +74,7 @@ def test_runner_reports_survivor_and_failing_control(tmp_path):
     proc, matrix = run_matrix(
         tmp_path / "out",
         "--profile=mutants",
-        "--reference=fixtures.mutants:no_topk_clamp",
+        "--reference=fixtures.subjects.mutants:no_topk_clamp",
         "--mutants=no_topk_clamp",
         "--extra-subject=km_unbroken:Unbroken",
         "tests/differential/test_single_step.py::test_step_metadata_matches_oracle",

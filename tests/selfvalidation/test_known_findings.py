@@ -2,7 +2,7 @@
 
 import pytest
 
-from fixtures.findings import ALL_FINDINGS, FORWARD_FINDINGS, match_forward_finding
+from fixtures.harness.findings import ALL_FINDINGS, FORWARD_FINDINGS, match_forward_finding
 
 MESSAGE = "cannot reshape tensor of 0 elements into shape [0, -1]"
 

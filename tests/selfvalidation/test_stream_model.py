@@ -1,4 +1,4 @@
-"""The stream model (fixtures/stream_model.py), a stand-in for a GPU stream on CPU.
+"""The stream model (fixtures/models/stream_model.py), a stand-in for a GPU stream on CPU.
 
 Checks that the model really is adversarially late (copies read their source
 when executed, not when issued), keeps stream order, lets events and device
@@ -11,10 +11,10 @@ no alarm, and the two broken event disciplines are caught on it.
 import pytest
 import torch
 
-from fixtures.batches import make_batch
-from fixtures.harness import new_config, run_step
-from fixtures.mutants import MUTANTS
-from fixtures.stream_model import OnModelDevice, PendingReadViolation, StreamModelRuntime
+from fixtures.harness.step import new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.models.stream_model import OnModelDevice, PendingReadViolation, StreamModelRuntime
+from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.reference import ReferenceSubject, device_inputs
 from fixtures.subjects.reference_kernel import launch_sparse_seqlen
 

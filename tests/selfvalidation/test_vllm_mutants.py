@@ -1,11 +1,11 @@
-"""The mutation-adequacy runner (:mod:`fixtures.vllm_mutants`) on a synthetic release/change pair.
+"""The mutation-adequacy runner (:mod:`tools.vllm_mutants`) on a synthetic release/change pair.
 
 No vLLM and no Triton: a fake ``vllm`` package is written into ``tmp_path`` as
 a release (``release/vllm/fake/ops.py``) and an overlay (``change/vllm/...``)
 in which one function changed, one is new, a class gained a method and one
 function differs only in docstring and formatting.  The runner's test command
 is injected: a small script that loads the mutated tree through the real
-overlay finder (:mod:`fixtures.vllm_overlay`), checks a few behaviours and
+overlay finder (:mod:`fixtures.subjects.vllm.overlay`), checks a few behaviours and
 writes the kill-matrix plugin's record format.  Nothing is written into the
 repository.
 """
@@ -25,8 +25,8 @@ from collections import Counter
 
 import pytest
 
-from fixtures import vllm_mutants as vm
-from fixtures.killmatrix import ROOT
+from tools import vllm_mutants as vm
+from tools.killmatrix import ROOT
 
 RELEASE = """\
 def unchanged(xs):
@@ -103,11 +103,11 @@ from pathlib import Path
 
 tree, record = sys.argv[1], Path(sys.argv[2])
 trace = Path(sys.argv[3]) if len(sys.argv) > 3 else None
-from fixtures import vllm_overlay
+from fixtures.subjects.vllm import overlay as vllm_overlay
 
 vllm_overlay.install(tree)
 if trace is not None:
-    from fixtures.line_trace_plugin import LineTracer
+    from tools.line_trace_plugin import LineTracer
 
     tracer = LineTracer([str(Path(tree) / "vllm/fake/ops.py")], trace)
     tracer.start()
@@ -384,10 +384,10 @@ def test_the_default_command_is_the_whole_verification_against_the_overlay(tmp_p
     for arg in ("--subject=vllm", f"--vllm-overlay={tmp_path / 'tree'}", f"--kill-matrix-json={tmp_path / 'r.json'}"):
         assert arg in argv
     assert argv[argv.index("-m", 3) + 1] == "verification" and "-x" in argv
-    assert "fixtures.killmatrix_plugin" in argv and "fixtures.line_trace_plugin" in argv
+    assert "tools.killmatrix_plugin" in argv and "tools.line_trace_plugin" in argv
     assert "--line-trace=/x/ops.py" in argv and env["HYPOTHESIS_PROFILE"] == "mutants"
     argv, _ = command(tmp_path / "tree", tmp_path / "r.json", None)
-    assert "fixtures.line_trace_plugin" not in argv
+    assert "tools.line_trace_plugin" not in argv
 
 
 @pytest.mark.parametrize(
@@ -442,7 +442,7 @@ def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
     )
     record = tmp_path / "r.json"
     argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_p.py"), "-q", "-p", "no:cacheprovider", "-x"]
-    argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "fixtures.killmatrix_plugin", f"--kill-matrix-json={record}"]
+    argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "tools.killmatrix_plugin", f"--kill-matrix-json={record}"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     verdict = vm.classify(proc.returncode, record, tmp_path / "log", timeout=9)
     assert verdict["status"] == "killed", proc.stdout[-2000:]

@@ -1,6 +1,6 @@
 """The catalogue's stateful bugs, written into the real post-change file, are caught.
 
-Each edit of :mod:`fixtures.mutants.vllm_edits` is applied to a copy of the
+Each edit of :mod:`fixtures.subjects.mutants.vllm_edits` is applied to a copy of the
 overlay given with ``--vllm-overlay`` (in a temporary folder), and the
 edit's properties (stateful and gating, or the NoPE forward's for the top-k
 remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.killmatrix import run_pytest
-from fixtures.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
+from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
+from tools.killmatrix import run_pytest
 
 
 @pytest.fixture(scope="module")

@@ -14,32 +14,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures.batches import make_batch
-from fixtures.findings import FORWARD_PATH_FINDINGS, match_forward_finding
-from fixtures.harness import count_triton_launches, new_config, run_step
-from fixtures.init_attributes import IncompleteFixture, init_attributes
-from fixtures.killmatrix import run_pytest as run_suite
-from fixtures.nope_cases import FP8_DTYPE, ForwardCase, build_inputs
-from fixtures.nope_harness import assert_handed_metadata, new_forward, run_forward
-from fixtures.runtime import EagerRuntime, Event
-from fixtures.subjects import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
-from fixtures.subjects.vllm_forward import IMPL, PaddingObserver, VllmForward
-from fixtures.subjects.vllm_subject import (
-    BUILDER,
+from fixtures.harness.findings import FORWARD_PATH_FINDINGS, match_forward_finding
+from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
+from fixtures.harness.step import count_triton_launches, new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs
+from fixtures.models.runtime import EagerRuntime, Event
+from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
+from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
+from fixtures.subjects.vllm.construct import StrictNamespace, TorchWithRuntime, check_constructed
+from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward
+from fixtures.subjects.vllm.init_attributes import IncompleteFixture, init_attributes
+from fixtures.subjects.vllm.subject import (
     BUILDER_BUFFERS,
     HOST_PATH_STATE,
-    LAUNCHER,
-    StrictNamespace,
-    TorchWithRuntime,
     VllmSubject,
     bind_launcher,
     capabilities_of,
-    check_constructed,
     forward_capabilities,
     forward_notes,
     has_nope_zero_copy,
 )
 from oracles.step import expected_seqlens
+from tools.killmatrix import run_pytest as run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +46,7 @@ def backend():
     """The installed backend module, prepared as the vllm subject prepares it."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
-    from fixtures.subjects.vllm_subject import detect_mode, import_backend
+    from fixtures.subjects.vllm.backend import detect_mode, import_backend
 
     module, _ = import_backend(detect_mode())
     return module
@@ -360,14 +357,14 @@ def test_expecting_aiter_with_the_stand_in_in_place_is_a_clear_usage_error():
 def test_vllm_subject_is_registered():
     from fixtures.subjects import KNOWN_SUBJECTS
 
-    assert KNOWN_SUBJECTS["vllm"] == "fixtures.subjects.vllm_subject:VllmSubject"
+    assert KNOWN_SUBJECTS["vllm"] == "fixtures.subjects.vllm.subject:VllmSubject"
     assert os.path.exists(ROOT / "requirements" / "vllm-0.33.0-cpu-import-deps.txt")
 
 
 def test_subject_module_imports_no_vllm_until_the_subject_is_made():
     """Loading the module (as --subject resolution does) must not import vLLM:
     CPU mode has to empty CUDA_VISIBLE_DEVICES first."""
-    code = "import sys, fixtures.subjects.vllm_subject; assert 'vllm' not in sys.modules, 'vllm imported'"
+    code = "import sys, fixtures.subjects.vllm.subject; assert 'vllm' not in sys.modules, 'vllm imported'"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
@@ -528,7 +525,7 @@ def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
     """Finding nope-zero-copy-ignores-dtype, pinned: the post-change forward_mqa hands a
     contiguous fp32 ql_nope itself to the attention of a bf16 model (the copy path
     would have converted it).  When this fails, vLLM has fixed it: drop the finding
-    (fixtures/findings.py), this test and its entry in docs/findings.md."""
+    (fixtures/harness/findings.py), this test and its entry in docs/findings.md."""
     if NOPE_ZERO_COPY not in vllm_subject.capabilities:
         pytest.skip(f"not applicable: {vllm_subject.capability_notes[NOPE_ZERO_COPY]}")
     finding = next(f for f in FORWARD_PATH_FINDINGS if f.key == "nope-zero-copy-ignores-dtype")
@@ -551,8 +548,8 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     on the device path of a CUDA-graph padded batch (speculative config: uniform
     4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
     release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
-    drop the finding (fixtures/findings.py), this test and its entry in docs/findings.md."""
-    from fixtures.findings import match_builder_finding
+    drop the finding (fixtures/harness/findings.py), this test and its entry in docs/findings.md."""
+    from fixtures.harness.findings import match_builder_finding
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")

@@ -7,16 +7,16 @@ must take comes from the legality oracle.  The model is
 :func:`oracles.step.expected_state` of the step's batch and path;
 only the entries the contract fixes are compared (on a device-path step of a
 CUDA-graph padded batch, the pad tokens' ``req_id_per_token`` is not).  Every step runs through
-:func:`fixtures.harness.run_step` (input validation, Triton launch count,
+:func:`fixtures.harness.step.run_step` (input validation, Triton launch count,
 guard bands).
 
 Two runtimes drive the same machine:
 
-* :class:`EagerBuilderMachine`: the runtime a :class:`BuilderConfig` gets by
-  default (eager on CPU; on a GPU the real stream, where reading the buffers
+* :class:`EagerBuilderMachine`: the device's own runtime (:func:`runtime_for`:
+  eager on CPU; on a GPU the real stream, where reading the buffers
   synchronises).  The invariant compares the live persistent buffers.
 * :class:`StreamModelBuilderMachine`: the stream model of
-  :mod:`fixtures.stream_model` stands in for a GPU stream on CPU.  After each
+  :mod:`fixtures.models.stream_model` stands in for a GPU stream on CPU.  After each
   step a consumer (a stand-in for the attention kernel that reads the
   metadata) is queued on the model stream; it snapshots the buffers when the
   model device gets to it, and every snapshot is compared with the model of
@@ -27,15 +27,14 @@ Two runtimes drive the same machine:
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fixtures.batches import INT32_MAX, make_batch
-from fixtures.harness import check_seqlen_launches, compare_state, host_int32, new_config, run_step
-from fixtures.profiles import STATEFUL_STEPS, sized
-from fixtures.step_strategies import (
+from fixtures.harness.compare import compare_state, host_int32
+from fixtures.harness.step import check_seqlen_launches, new_config, run_step
+from fixtures.inputs.batches import INT32_MAX, make_batch
+from fixtures.inputs.steps import (
     STEP_TOPKS,
     clause_toggled_decode,
     mixed,
@@ -45,8 +44,10 @@ from fixtures.step_strategies import (
     prefill_only,
     pure_decode,
 )
-from fixtures.stream_model import OnModelDevice, StreamModelRuntime
-from fixtures.subjects import HOST_PATH, decode_threshold_for
+from fixtures.models.runtime import runtime_for
+from fixtures.models.stream_model import OnModelDevice, StreamModelRuntime
+from fixtures.plugin.profiles import STATEFUL_STEPS, sized
+from fixtures.protocol import HOST_PATH, decode_threshold_for
 from oracles.step import expected_path, expected_state
 
 M = 6  # max_num_batched_tokens of a machine: small grids, n == M reachable
@@ -58,7 +59,6 @@ M_SPEC = 3 * SPEC
 # Builder configs: mostly one that may take the host path (the stateful part);
 # a speculative config or no pinned memory takes the device path on every step.
 CONFIG_KINDS = ("host_capable",) * 6 + ("speculative", "no_pinned_memory")
-BUFFERS = ("paged_kv_indptr", "req_id_per_token", "qo_indptr", "paged_kv_last_page_len")
 
 
 # Every batch is split at the decode threshold of the builder's config, as vLLM
@@ -78,22 +78,8 @@ def machine_for(kind: type, subject, device) -> type:
 
 
 def machine_settings() -> settings:
-    """The loaded profile with the machines' own size (``fixtures.profiles.SIZES["stateful"]``)."""
+    """The loaded profile with the machines' own size (``fixtures.plugin.profiles.SIZES["stateful"]``)."""
     return sized("stateful", stateful_step_count=STATEFUL_STEPS, report_multiple_bugs=False)
-
-
-def expected_buffers(batch, topk: int, m: int, path: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The whole persistent buffers after a step on ``batch`` taking ``path`` (model
-    of the builder): ``{name: (values, fixed)}`` from
-    :func:`oracles.step.expected_state`; ``path=None``: the entries
-    fixed on either path."""
-    return expected_state(batch, path, topk, m)
-
-
-def compare_buffers(actual: dict, expected: dict, when: str) -> None:
-    """The entries the contract fixes, bit for bit (see ``expected_state``)."""
-    assert set(expected) == set(BUFFERS), sorted(expected)
-    compare_state(actual, expected, when)
 
 
 class BuilderMachine(RuleBasedStateMachine):
@@ -111,7 +97,7 @@ class BuilderMachine(RuleBasedStateMachine):
 
     # ----- setup ---------------------------------------------------------
     def make_runtime(self, device, pin_memory: bool):
-        return None  # the config's default runtime
+        return runtime_for(device, pin_memory=pin_memory)  # the device's own runtime
 
     @initialize(topk=st.sampled_from(STEP_TOPKS), config=st.sampled_from(CONFIG_KINDS))
     def configure(self, topk, config):
@@ -150,7 +136,7 @@ class BuilderMachine(RuleBasedStateMachine):
             f"(speculative={self.speculative}, pin_memory={self.pin_memory})"
         )
         check_seqlen_launches(self.subject, observed, batch, f"step {self.steps}")
-        self.expected = expected_buffers(batch, self.topk, self.m, path=expected_route)
+        self.expected = expected_state(batch, expected_route, self.topk, self.m)
         self.after_step(batch)
 
     def before_step(self) -> None:
@@ -251,7 +237,7 @@ class EagerBuilderMachine(BuilderMachine):
     @precondition(lambda self: self.steps > 0)
     @invariant()
     def persistent_buffers_match_model(self):
-        compare_buffers(self.builder.buffers(), self.expected, f"after step {self.steps}")
+        compare_state(self.builder.buffers(), self.expected, f"after step {self.steps}")
 
 
 class StreamModelBuilderMachine(BuilderMachine):
@@ -282,7 +268,7 @@ class StreamModelBuilderMachine(BuilderMachine):
 
     def check_consumed(self):
         for step, snapshot, expected in self.consumed[self.checked :]:
-            compare_buffers(snapshot, expected, f"as the consumer of step {step} read them")
+            compare_state(snapshot, expected, f"as the consumer of step {step} read them")
             self.checked += 1
 
     @precondition(lambda self: self.steps > 0)
@@ -302,4 +288,4 @@ class StreamModelBuilderMachine(BuilderMachine):
         assert self.checked == self.steps, f"{self.checked} consumers ran for {self.steps} steps"
         if self.steps:
             final = {k: host_int32(v) for k, v in self.builder.buffers().items()}
-            compare_buffers(final, self.expected, "after the stream was synchronised")
+            compare_state(final, self.expected, "after the stream was synchronised")

@@ -21,7 +21,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.statistics import collector, describe_statistics
 
-from fixtures.subjects import DEVICE_PATH, PERSISTENT_BUFFERS
+from fixtures.protocol import DEVICE_PATH, PERSISTENT_BUFFERS
 from tests.stateful.machine import (
     EagerBuilderMachine,
     StreamModelBuilderMachine,

@@ -7,18 +7,18 @@ stream order, as the attention kernel would read them); then the host
 synchronises and every snapshot must equal the oracle of its step.  A subject
 that rewrites its pinned buffer before the previous upload executed hands a
 stale step the values of a later one.  The builder uses the config's default
-runtime on a cuda device (``fixtures.runtime.CudaRuntime``: real pinned
+runtime on a cuda device (``fixtures.models.runtime.CudaRuntime``: real pinned
 memory, non-blocking copies, ``torch.cuda.Event``), the same on ROCm.
 """
 
 import pytest
 import torch
 
-from fixtures.batches import make_batch
-from fixtures.harness import new_config
-from fixtures.subjects import HOST_PATH
-from oracles.step import expected_path
-from tests.stateful.machine import compare_buffers, expected_buffers
+from fixtures.harness.compare import compare_state
+from fixtures.harness.step import new_config
+from fixtures.inputs.batches import make_batch
+from fixtures.protocol import HOST_PATH
+from oracles.step import expected_path, expected_state
 
 M = 64
 TOPK = 2048
@@ -64,5 +64,5 @@ def test_pinned_buffer_race_on_gpu_with_stalled_stream(subject, device):
         pytest.fail(f"the stream stall ({STALL_CYCLES[-1]} cycles) ended before the host built the first step")
     for i, (batch, path, snapshot) in enumerate(zip(batches, paths, snapshots, strict=True)):
         assert path == expected_path(batch, speculative=False, pin_memory=True), f"step {i + 1}: took {path}"
-        compare_buffers(snapshot, expected_buffers(batch, TOPK, M), f"as read on the stream after step {i + 1}")
+        compare_state(snapshot, expected_state(batch, None, TOPK, M), f"as read on the stream after step {i + 1}")
     config.allocator.check()
