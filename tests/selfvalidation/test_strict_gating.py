@@ -1,17 +1,15 @@
-"""Strict gating: what skips, what errors, and what stops the run (rule: fixtures/gating.py).
+"""Strict gating: what skips, what errors, and what stops the run (rule: fixtures/plugin/gating.py).
 
 A probe module with one test per kind of skip, plus a subject that has only
-the device path, is written into a temporary folder and run there in
-subprocesses with the suite's plugin (``-p fixtures.plugin``), with and
-without ``--strict-gating``.
+the device path, is written by pytester into its temporary folder and run
+there in fresh processes with the suite's plugin, with and without
+``--strict-gating``.
 """
 
 import importlib.util
 
 import pytest
 import torch
-
-from tests.selfvalidation.junit import outcomes, run_pytest
 
 PROBE = """
 import pytest
@@ -47,24 +45,16 @@ MODULE = "_strict_gating_probe_tmp"
 HAS_GPU = torch.cuda.is_available()
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("strict_probe")
-    (folder / f"{MODULE}.py").write_text(PROBE)
-    return folder
+@pytest.fixture
+def run_probe(pytester, run_suite_in):
+    """Runs the probe module against the device-path-only subject with extra arguments."""
+    pytester.makepyfile(**{MODULE: PROBE})
+    return lambda *args: run_suite_in(f"{MODULE}.py", f"--subject={MODULE}:DevicePathOnly", *args)
 
 
-def run_probe(probe, tmp_path, *args):
-    junit = tmp_path / "probe.xml"
-    proc = run_pytest([f"{MODULE}.py", f"--subject={MODULE}:DevicePathOnly", *args], junit, cwd=probe)
-    results = outcomes(junit) if junit.exists() else {}
-    return proc, {name.rsplit("::", 1)[1]: r for name, r in results.items()}
-
-
-def test_plain_cpu_run_skips_with_reasons(probe, tmp_path):
-    proc, res = run_probe(probe, tmp_path, "--device=cpu")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+def test_plain_cpu_run_skips_with_reasons(run_probe):
+    proc, out, res = run_probe("--device=cpu")
+    assert proc.ret == 0, out[-3000:]
     assert {name: r["outcome"] for name, r in res.items()} == dict.fromkeys(
         ("test_gpu_probe", "test_needs_probe", "test_importorskip_probe", "test_bench_probe"), "skipped"
     ), out[-3000:]
@@ -73,10 +63,9 @@ def test_plain_cpu_run_skips_with_reasons(probe, tmp_path):
     assert "--benchmark-enable" in res["test_bench_probe"]["message"]
 
 
-def test_strict_run_errors_on_every_skip_but_not_applicable(probe, tmp_path):
-    proc, res = run_probe(probe, tmp_path, "--device=cpu", "--strict-gating")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+def test_strict_run_errors_on_every_skip_but_not_applicable(run_probe):
+    proc, out, res = run_probe("--device=cpu", "--strict-gating")
+    assert proc.ret == 1, out[-3000:]
     assert res["test_gpu_probe"]["outcome"] == "skipped", "asked for --device cpu: GPU tests are not applicable"
     assert res["test_needs_probe"]["outcome"] == "skipped"
     assert res["test_bench_probe"]["outcome"] == "skipped"
@@ -85,23 +74,22 @@ def test_strict_run_errors_on_every_skip_but_not_applicable(probe, tmp_path):
     assert "FAILED (1)" in out, "the summary must list the strict-gating failure"
 
 
-def test_strict_run_without_explicit_cpu_errors_on_gpu_tests(probe, tmp_path):
-    proc, res = run_probe(probe, tmp_path, "--strict-gating", "-k", "gpu_probe")
-    out = proc.stdout + proc.stderr
+def test_strict_run_without_explicit_cpu_errors_on_gpu_tests(run_probe):
+    proc, out, res = run_probe("--strict-gating", "-k", "gpu_probe")
     expected = "passed" if HAS_GPU else "error"
     assert res["test_gpu_probe"]["outcome"] == expected, out[-3000:]
-    assert proc.returncode == (0 if HAS_GPU else 1), out[-3000:]
+    assert proc.ret == (0 if HAS_GPU else 1), out[-3000:]
 
 
-def test_requested_but_missing_stops_the_run(probe, tmp_path):
-    proc, _ = run_probe(probe, tmp_path, "--device=cpu", "--require=host_path")
-    assert proc.returncode == 4 and "lacks required capabilities ['host_path']" in proc.stderr, proc.stderr[-2000:]
+def test_requested_but_missing_stops_the_run(run_probe):
+    proc, out, _ = run_probe("--device=cpu", "--require=host_path")
+    assert proc.ret == 4 and "lacks required capabilities ['host_path']" in out, out[-2000:]
     if not HAS_GPU:
-        proc, _ = run_probe(probe, tmp_path, "--device=cuda")
-        assert proc.returncode == 4 and "sees no GPU" in proc.stderr, proc.stderr[-2000:]
+        proc, out, _ = run_probe("--device=cuda")
+        assert proc.ret == 4 and "sees no GPU" in out, out[-2000:]
     missing = [name for name in ("vllm", "aiter") if importlib.util.find_spec(name) is None]
     if missing:
-        proc, _ = run_probe(probe, tmp_path, "--device=cpu", *(f"--expect={name}" for name in missing))
-        assert proc.returncode == 4, proc.stderr[-2000:]
+        proc, out, _ = run_probe("--device=cpu", *(f"--expect={name}" for name in missing))
+        assert proc.ret == 4, out[-2000:]
         for name in missing:
-            assert f"  {name}: " in proc.stderr, proc.stderr[-2000:]
+            assert f"  {name}: " in out, out[-2000:]
