@@ -1,0 +1,125 @@
+"""The suite's layers: imports point one way and form no cycle.
+
+Bottom to top: ``oracles`` (what is right), ``fixtures.protocol`` (what a
+subject is), ``fixtures.inputs``, ``fixtures.models`` (stand-ins for a GPU),
+``fixtures.subjects``, ``fixtures.harness``, ``fixtures.plugin``, ``tools``.
+A module may import its own layer and those below; imports under ``if
+TYPE_CHECKING:`` (annotations only) are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tools.killmatrix import ROOT
+
+LAYERS = (
+    "oracles",
+    "fixtures",  # the bare package (its __init__ imports nothing)
+    "fixtures.protocol",
+    "fixtures.inputs",
+    "fixtures.models",
+    "fixtures.subjects",
+    "fixtures.harness",
+    "fixtures.plugin",
+    "tools",
+)
+SUITE = ("oracles", "fixtures", "tools")
+
+
+def layer_of(module: str) -> int | None:
+    """The rank of the longest layer name that is ``module`` or a package above it."""
+    ranks = [rank for rank, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")]
+    return max(ranks, key=lambda rank: len(LAYERS[rank]), default=None)
+
+
+def suite_imports(source: str) -> set[str]:
+    """The suite modules ``source`` imports, anywhere but under ``if TYPE_CHECKING:``."""
+    found = set()
+
+    def visit(node):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # submodules among them
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return {m for m in found if m.split(".")[0] in SUITE}
+
+
+def module_name(root: Path, path: Path) -> str:
+    return str(path.relative_to(root).with_suffix("")).replace("/", ".").removesuffix(".__init__")
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    files = [p for top in SUITE for p in (root / top).rglob("*.py")]
+    graph = {module_name(root, p): suite_imports(p.read_text()) for p in files}
+    # keep modules only: `from fixtures.models import b` counts as importing fixtures.models.b
+    return {
+        m: {t for t in imports if t in graph or layer_of(t) is None}
+        | {t.rsplit(".", 1)[0] for t in imports if t not in graph and t.rsplit(".", 1)[0] in graph}
+        for m, imports in graph.items()
+    }
+
+
+def layering_problems(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, imports in sorted(graph.items()):
+        own = layer_of(module)
+        if own is None:
+            problems.append(f"{module} is in no layer")
+            continue
+        problems += [
+            f"{module} (layer {LAYERS[own]}) imports {target} (layer {LAYERS[layer_of(target)]})"
+            for target in sorted(imports)
+            if layer_of(target) is not None and layer_of(target) > own
+        ]
+    state: dict[str, int] = {}
+
+    def walk(module, path):
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if target == module or target not in graph:
+                continue
+            if state.get(target) == 1:
+                problems.append("import cycle: " + " -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                walk(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
+    return problems
+
+
+def test_imports_point_down_the_layers_without_cycles():
+    graph = import_graph(ROOT)
+    assert len(graph) > 40 and all(layer_of(m) is not None for m in graph), sorted(graph)
+    assert layering_problems(graph) == []
+
+
+def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
+    files = {
+        "oracles/__init__.py": "",
+        "oracles/step.py": "from fixtures.protocol import BuilderConfig\n",
+        "fixtures/__init__.py": "",
+        "fixtures/protocol.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fixtures.plugin\n",
+        "fixtures/models/a.py": "def f():\n    from fixtures.models import b\n",
+        "fixtures/models/b.py": "import fixtures.models.a\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "tools").mkdir()
+    problems = layering_problems(import_graph(tmp_path))
+    assert problems == [
+        "oracles.step (layer oracles) imports fixtures.protocol (layer fixtures.protocol)",
+        "import cycle: fixtures.models.a -> fixtures.models.b -> fixtures.models.a",
+    ]
