@@ -12,6 +12,7 @@ failing control, and how it sizes counterexamples.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,10 @@ def test_catalogue_killed_and_reference_clean(tmp_path):
     proc, matrix = run_matrix(out, "--profile=mutants")
     text = proc.stdout + proc.stderr
     assert matrix is not None, text[-3000:]
+    published = ROOT / "reports" / "kill_matrix_selftest"  # the run's artifact (tools/measurements.py reads it)
+    published.mkdir(parents=True, exist_ok=True)
+    for name in ("kill_matrix.json", "kill_matrix.md"):
+        shutil.copyfile(out / name, published / name)
     status = {e["subject"]: e["status"] for e in matrix["subjects"]}
     assert status == {"reference": PASSED, **dict.fromkeys(MUTANTS, KILLED)}, text[-4000:]
     assert proc.returncode == 0 and matrix["summary"]["ok"], text[-4000:]

@@ -1,4 +1,4 @@
-"""The tooling around the properties: opt-in benchmarks, the benchmark report, the GPU check script."""
+"""The tooling around the properties: opt-in benchmarks, the benchmark report, the GPU check script, measurements."""
 
 import importlib.util
 import json
@@ -10,6 +10,7 @@ import torch
 
 from tests.selfvalidation.junit import ROOT, outcomes, run_pytest
 from tools import bench_report
+from tools.measurements import MeasurementsError, regenerate
 
 
 def test_benchmarks_are_opt_in_and_outside_correctness_runs(tmp_path):
@@ -80,3 +81,60 @@ def test_gpu_check_script_parses_and_fails_fast_without_gpu(tmp_path):
     proc = subprocess.run([bash, str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "no GPU" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists(), "the script wrote results although it had nothing to check"
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="{errors}" failures="{failures}" skipped="{skipped}" tests="{tests}"
+time="{time}"></testsuite></testsuites>"""
+DOC = """# Measurements
+Narrative kept as written.
+<!-- generated: junit -->
+old table
+<!-- /generated -->
+Between the sections.
+<!-- generated: kill-matrix -->
+old kill matrix
+<!-- /generated -->
+"""
+
+
+def test_measurements_rewrite_only_the_generated_sections(tmp_path):
+    runs = {"junit-self.xml": (7, 1, 0, 2, 12.4), "junit-cpu.xml": (3, 0, 1, 0, 0.6)}
+    for name, (tests, failures, errors, skipped, time) in runs.items():
+        xml = JUNIT.format(tests=tests, failures=failures, errors=errors, skipped=skipped, time=time)
+        (tmp_path / name).write_text(xml)
+    text, missing = regenerate(DOC, tmp_path)
+    assert missing == ["kill-matrix"]
+    assert "old kill matrix" in text and "Narrative kept as written." in text and "Between the sections." in text
+    rows = [line for line in text.splitlines() if line.startswith("| `junit-")]
+    want = []
+    for name in sorted(runs):  # file-name order
+        tests, failures, errors, skipped, time = runs[name]
+        passed = tests - failures - errors - skipped
+        want.append(f"| `{name}` | {tests} | {passed} | {failures} | {errors} | {skipped} | {time:.0f} s |")
+    assert rows == want
+    assert regenerate(text, tmp_path)[0] == text, "regenerating from the same reports changes nothing"
+
+
+def test_measurements_fill_the_kill_matrix_and_refuse_a_broken_marker(tmp_path):
+    summary = dict(
+        profile="mutants",
+        mutants=4,
+        killed=3,
+        kill_rate=0.75,
+        median_examples_to_first_kill=2,
+        max_examples_to_first_kill=9,
+        killed_by_generated_example=11,
+        killed_by_pinned_example=0,
+        wall_seconds=80.2,
+        cpu_seconds=150.9,
+    )
+    (tmp_path / "kill_matrix_selftest").mkdir()
+    (tmp_path / "kill_matrix_selftest" / "kill_matrix.json").write_text(json.dumps({"summary": summary}))
+    text, missing = regenerate(DOC, tmp_path)
+    assert missing == ["junit"] and "old table" in text
+    assert "| mutants | 3/4 | 75% | 2 / 9 | 11 / 0 | 80 s / 151 s |" in text
+    with pytest.raises(MeasurementsError, match="no '<!-- /generated -->'"):
+        regenerate(DOC.replace("<!-- /generated -->\nBetween", "Between"), tmp_path)
+    with pytest.raises(MeasurementsError, match="unknown generated section 'timing'"):
+        regenerate("<!-- generated: timing -->\n<!-- /generated -->\n", tmp_path)
