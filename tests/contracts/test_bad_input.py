@@ -1,9 +1,6 @@
 """Bad input to the suite gets a clear error that names the problem."""
 
 import dataclasses
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +8,9 @@ import pytest
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs.batches import Batch, InvalidBatch, make_batch, validate_batch
 from fixtures.inputs.strategies import Case, cases
+from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import NUM_SPECULATIVE_TOKENS, SubjectError
 from fixtures.subjects import load_subject
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def raw_batch(**fields):
@@ -401,30 +397,20 @@ def test_external_subject_with_unknown_capability():
         check_subject(Odd(), "odd")
 
 
-def run_pytest(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_cli_rejects_unknown_subject():
-    proc = run_pytest("--subject=nope", "tests/oracles")
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "unknown subject 'nope'; known subjects: reference" in proc.stderr
+def test_cli_rejects_unknown_subject(run_suite_in):
+    run = run_suite_in("--subject=nope", repo("tests/oracles"))
+    assert run.ret == 4, run.out
+    assert "unknown subject 'nope'; known subjects: reference" in run.out
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised where no GPU exists")
-def test_cli_rejects_cuda_without_gpu():
-    proc = run_pytest("--device=cuda", "tests/oracles")
-    assert proc.returncode == 4
-    assert "--device cuda was requested but torch sees no GPU" in proc.stderr
+def test_cli_rejects_cuda_without_gpu(run_suite_in):
+    run = run_suite_in("--device=cuda", repo("tests/oracles"))
+    assert run.ret == 4, run.out
+    assert "--device cuda was requested but torch sees no GPU" in run.out
 
 
-def test_cli_rejects_missing_required_capability():
-    proc = run_pytest("--require=teleport", "tests/oracles")
-    assert proc.returncode == 4
-    assert "unknown capabilities ['teleport']" in proc.stderr
+def test_cli_rejects_missing_required_capability(run_suite_in):
+    run = run_suite_in("--require=teleport", repo("tests/oracles"))
+    assert run.ret == 4, run.out
+    assert "unknown capabilities ['teleport']" in run.out

@@ -53,43 +53,45 @@ def run_probe(pytester, run_suite_in):
 
 
 def test_plain_cpu_run_skips_with_reasons(run_probe):
-    proc, out, res = run_probe("--device=cpu")
-    assert proc.ret == 0, out[-3000:]
-    assert {name: r["outcome"] for name, r in res.items()} == dict.fromkeys(
+    run = run_probe("--device=cpu")
+    assert run.ret == 0, run.out[-3000:]
+    assert {name: r["outcome"] for name, r in run.by_name().items()} == dict.fromkeys(
         ("test_gpu_probe", "test_needs_probe", "test_importorskip_probe", "test_bench_probe"), "skipped"
-    ), out[-3000:]
-    assert "needs a GPU" in res["test_gpu_probe"]["message"]
-    assert "lacks host_path" in res["test_needs_probe"]["message"]
-    assert "--benchmark-enable" in res["test_bench_probe"]["message"]
+    ), run.out[-3000:]
+    assert "needs a GPU" in run.by_name()["test_gpu_probe"]["message"]
+    assert "lacks host_path" in run.by_name()["test_needs_probe"]["message"]
+    assert "--benchmark-enable" in run.by_name()["test_bench_probe"]["message"]
 
 
 def test_strict_run_errors_on_every_skip_but_not_applicable(run_probe):
-    proc, out, res = run_probe("--device=cpu", "--strict-gating")
-    assert proc.ret == 1, out[-3000:]
-    assert res["test_gpu_probe"]["outcome"] == "skipped", "asked for --device cpu: GPU tests are not applicable"
-    assert res["test_needs_probe"]["outcome"] == "skipped"
-    assert res["test_bench_probe"]["outcome"] == "skipped"
-    assert res["test_importorskip_probe"]["outcome"] == "failed", out[-3000:]
-    assert "strict gating: this test would have been skipped" in out
-    assert "FAILED (1)" in out, "the summary must list the strict-gating failure"
+    run = run_probe("--device=cpu", "--strict-gating")
+    assert run.ret == 1, run.out[-3000:]
+    assert run.by_name()["test_gpu_probe"]["outcome"] == "skipped", (
+        "asked for --device cpu: GPU tests are not applicable"
+    )
+    assert run.by_name()["test_needs_probe"]["outcome"] == "skipped"
+    assert run.by_name()["test_bench_probe"]["outcome"] == "skipped"
+    assert run.by_name()["test_importorskip_probe"]["outcome"] == "failed", run.out[-3000:]
+    assert "strict gating: this test would have been skipped" in run.out
+    assert "FAILED (1)" in run.out, "the summary must list the strict-gating failure"
 
 
 def test_strict_run_without_explicit_cpu_errors_on_gpu_tests(run_probe):
-    proc, out, res = run_probe("--strict-gating", "-k", "gpu_probe")
+    run = run_probe("--strict-gating", "-k", "gpu_probe")
     expected = "passed" if HAS_GPU else "error"
-    assert res["test_gpu_probe"]["outcome"] == expected, out[-3000:]
-    assert proc.ret == (0 if HAS_GPU else 1), out[-3000:]
+    assert run.by_name()["test_gpu_probe"]["outcome"] == expected, run.out[-3000:]
+    assert run.ret == (0 if HAS_GPU else 1), run.out[-3000:]
 
 
 def test_requested_but_missing_stops_the_run(run_probe):
-    proc, out, _ = run_probe("--device=cpu", "--require=host_path")
-    assert proc.ret == 4 and "lacks required capabilities ['host_path']" in out, out[-2000:]
+    run = run_probe("--device=cpu", "--require=host_path")
+    assert run.ret == 4 and "lacks required capabilities ['host_path']" in run.out, run.out[-2000:]
     if not HAS_GPU:
-        proc, out, _ = run_probe("--device=cuda")
-        assert proc.ret == 4 and "sees no GPU" in out, out[-2000:]
+        run = run_probe("--device=cuda")
+        assert run.ret == 4 and "sees no GPU" in run.out, run.out[-2000:]
     missing = [name for name in ("vllm", "aiter") if importlib.util.find_spec(name) is None]
     if missing:
-        proc, out, _ = run_probe("--device=cpu", *(f"--expect={name}" for name in missing))
-        assert proc.ret == 4, out[-2000:]
+        run = run_probe("--device=cpu", *(f"--expect={name}" for name in missing))
+        assert run.ret == 4, run.out[-2000:]
         for name in missing:
-            assert f"  {name}: " in out, out[-2000:]
+            assert f"  {name}: " in run.out, run.out[-2000:]

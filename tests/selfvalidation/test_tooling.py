@@ -8,22 +8,22 @@ import subprocess
 import pytest
 import torch
 
-from tests.selfvalidation.junit import ROOT, outcomes, run_pytest
+from fixtures.plugin.fresh_run import ROOT, repo
 from tools import bench_report
 from tools.measurements import MeasurementsError, regenerate
 
 
-def test_benchmarks_are_opt_in_and_outside_correctness_runs(tmp_path):
-    proc = run_pytest(["tests/benchmarks", "-p", "no:xdist"], tmp_path / "plain.xml")
-    results = outcomes(tmp_path / "plain.xml")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+def test_benchmarks_are_opt_in_and_outside_correctness_runs(run_suite_in):
+    run = run_suite_in(repo("tests/benchmarks"), "-p", "no:xdist")
+    results = run.tests
+    assert run.ret == 0, run.out[-3000:]
     assert results, "no benchmark was collected"
     not_skipped = {t: r["outcome"] for t, r in results.items() if r["outcome"] != "skipped"}
     assert not not_skipped, f"benchmarks ran without opting in: {not_skipped}"
     assert all(r["message"].startswith("opt-in: ") for r in results.values())
 
-    proc = run_pytest(["tests/benchmarks", "-m", "verification or selftest", "-p", "no:xdist"], tmp_path / "m.xml")
-    assert proc.returncode == 5, f"-m verification/selftest selected benchmarks:\n{proc.stdout[-2000:]}"
+    run = run_suite_in(repo("tests/benchmarks"), "-m", "verification or selftest", "-p", "no:xdist")
+    assert run.ret == 5, f"-m verification/selftest selected benchmarks:\n{run.out[-2000:]}"
 
 
 def bench(kind, stats_min, **info):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.plugin.fresh_run import repo
 from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
-from tools.killmatrix import run_pytest
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +25,18 @@ def overlay(pytestconfig):
     folder = pytestconfig.getoption("--vllm-overlay")
     if not folder:
         pytest.skip("not applicable: no --vllm-overlay given (tox -e vllm gives ../shared/vllm-pr where it exists)")
-    return Path(folder)
+    return Path(pytestconfig.invocation_params.dir, folder)  # absolute: run_suite_in changes the folder
 
 
 @pytest.mark.parametrize("name", sorted(EDITS))
-def test_the_edit_is_caught_through_the_real_file(overlay, tmp_path, name):
+def test_the_edit_is_caught_through_the_real_file(overlay, tmp_path, run_suite_in, name):
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
-    proc = run_pytest(
-        "vllm", *EDITS[name].paths, profile="mutants", extra=("-x", "-m", "verification", f"--vllm-overlay={edited}")
+    paths = [repo(path) for path in EDITS[name].paths]
+    run = run_suite_in(
+        "--subject=vllm", *paths, "-x", "-m", "verification", f"--vllm-overlay={edited}", profile="mutants"
     )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
+    out = run.out
+    assert run.ret == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
     assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
     assert f"--vllm-overlay={edited}" in out, "the failure's reproducer must name the edited overlay"
     assert f"vLLM overlay {edited}: vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse <- " in out

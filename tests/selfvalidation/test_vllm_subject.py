@@ -20,6 +20,7 @@ from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs
 from fixtures.models.runtime import EagerRuntime, Event
+from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
 from fixtures.subjects.vllm.construct import StrictNamespace, TorchWithRuntime, check_constructed
@@ -36,7 +37,6 @@ from fixtures.subjects.vllm.subject import (
     has_nope_zero_copy,
 )
 from oracles.step import expected_seqlens
-from tools.killmatrix import run_pytest as run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -314,13 +314,13 @@ class StoodInSubject:
         return ["no ROCm GPU", "AITER missing (no module 'aiter')"]
 
 
-def test_strict_gating_turns_stand_ins_into_an_error():
-    spec = f"{__name__}:StoodInSubject"
-    strict = run_suite(spec, "tests/differential", extra=("--strict-gating",))
-    assert strict.returncode == 4, strict.stdout + strict.stderr
-    assert "--strict-gating: subject 'stood-in': no ROCm GPU; AITER missing" in strict.stderr
-    lenient = run_suite(spec, "tests/differential", extra=("--co",))
-    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+def test_strict_gating_turns_stand_ins_into_an_error(run_suite_in):
+    spec = f"--subject={__name__}:StoodInSubject"
+    strict = run_suite_in(spec, repo("tests/differential"), "--strict-gating")
+    assert strict.ret == 4, strict.out
+    assert "--strict-gating: subject 'stood-in': no ROCm GPU; AITER missing" in strict.out
+    lenient = run_suite_in(spec, repo("tests/differential"), "--co")
+    assert lenient.ret == 0, lenient.out
 
 
 # ----- a broken vLLM-driven subject is caught ------------------------------------
@@ -333,25 +333,26 @@ class VllmWithTopkOffByOne(VllmSubject):
         return builder
 
 
-def test_differential_properties_catch_a_wrong_vllm_fixture_value():
+def test_differential_properties_catch_a_wrong_vllm_fixture_value(run_suite_in):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
     spec = f"{__name__}:VllmWithTopkOffByOne"
-    proc = run_suite(spec, "tests/differential/test_single_step.py::test_step_metadata_matches_oracle")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+    test = repo("tests/differential/test_single_step.py") + "::test_step_metadata_matches_oracle"
+    run = run_suite_in(f"--subject={spec}", test)
+    out = run.out
+    assert run.ret == 1, out[-3000:]
     assert "paged_kv_indptr" in out and f"--subject={spec}" in out, out[-3000:]
 
 
-def test_expecting_aiter_with_the_stand_in_in_place_is_a_clear_usage_error():
+def test_expecting_aiter_with_the_stand_in_in_place_is_a_clear_usage_error(run_suite_in):
     """On CPU the subject puts its AITER stand-in into sys.modules; --expect aiter then
     stops the run with the probe's answer (exit 4), never an internal error."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
-    proc = run_suite("vllm", "tests/differential", extra=("--co", "--device=cpu", "--expect=aiter"))
-    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "aiter: sys.modules['aiter'] is this suite's CPU stand-in, not AMD AITER" in proc.stderr
-    assert "INTERNALERROR" not in proc.stdout + proc.stderr
+    run = run_suite_in("--subject=vllm", repo("tests/differential"), "--co", "--device=cpu", "--expect=aiter")
+    assert run.ret == 4, run.out[-3000:]
+    assert "aiter: sys.modules['aiter'] is this suite's CPU stand-in, not AMD AITER" in run.out
+    assert "INTERNALERROR" not in run.out
 
 
 def test_vllm_subject_is_registered():

@@ -7,21 +7,20 @@ each property must match, and the verification summary must appear in both
 (it is built on the controller from the reports the workers ship).
 """
 
-from tests.selfvalidation.junit import outcomes, run_pytest
+from fixtures.plugin.fresh_run import repo
 
-SUBSET = ["tests/oracles", "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"]
+SUBSET = [repo("tests/oracles"), repo("tests/differential/test_single_step.py") + "::test_device_kernel_matches_oracle"]
 
 
-def test_xdist_results_equal_serial_results(tmp_path):
+def test_xdist_results_equal_serial_results(run_suite_in):
     runs = {}
     for label, extra in (("serial", ["-p", "no:xdist"]), ("xdist", ["-n", "2"])):
-        junit = tmp_path / f"{label}.xml"
-        proc = run_pytest([*SUBSET, *extra], junit)
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 0, f"{label} run failed:\n{out[-3000:]}"
+        run = run_suite_in(*SUBSET, *extra)
+        out = run.out
+        assert run.ret == 0, f"{label} run failed:\n{out[-3000:]}"
         assert "verification summary" in out and "generated examples" in out, f"{label}: no summary\n{out[-3000:]}"
         runs[label] = {
-            test: (r["outcome"], r["properties"].get("hypothesis_examples")) for test, r in outcomes(junit).items()
+            test: (r["outcome"], r["properties"].get("hypothesis_examples")) for test, r in run.tests.items()
         }
     serial, xdist = runs["serial"], runs["xdist"]
     assert serial, "the serial run reported no tests"
