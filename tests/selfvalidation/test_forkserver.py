@@ -1,0 +1,164 @@
+"""The fork server (``fixtures/plugin/forkserver.py``): each run imports its own overlay, leaves nothing
+behind for the next, and a machine with a GPU gets fresh processes instead.
+
+The runs are real pytest runs of probe tests written into ``tmp_path``, with a
+fake ``vllm`` package given as ``--vllm-overlay`` (no vLLM needed).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fixtures.plugin import forkserver
+from fixtures.plugin.forkserver import Launcher, LauncherError, Run, choose_mode, env_refusal, fork_refusal
+from fixtures.plugin.fresh_run import ROOT, pytest_env
+
+PROBE = """
+import os
+import sys
+
+import fixtures.protocol
+
+
+def test_the_overlay_of_this_run_is_the_one_imported():
+    assert "vllm.fake.mark" not in sys.modules, "imported before the run: not fresh"
+    from vllm.fake import mark
+
+    assert mark.VALUE == os.environ["EXPECT_VALUE"]
+    assert mark.__file__.startswith(os.environ["EXPECT_TREE"])
+
+
+def test_nothing_from_an_earlier_run_is_left():
+    # A module the server preloaded, a variable of the environment: each run marks both.
+    assert not hasattr(fixtures.protocol, "_LEFT_BY_A_RUN"), fixtures.protocol._LEFT_BY_A_RUN
+    assert "LEFT_BY_A_RUN" not in os.environ
+    fixtures.protocol._LEFT_BY_A_RUN = os.environ["EXPECT_VALUE"]
+    os.environ["LEFT_BY_A_RUN"] = "1"
+"""
+
+
+def write_tree(root: Path, value: str) -> Path:
+    pkg = root / "vllm" / "fake"
+    pkg.mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mark.py").write_text(f"VALUE = {value!r}\n")
+    return root
+
+
+@pytest.fixture
+def suite(tmp_path):
+    """A folder with the probe tests (as verification properties: under tests/) and its own rootdir."""
+    folder = tmp_path / "suite"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    (folder / "tests" / "test_probe.py").write_text(textwrap.dedent(PROBE))
+    return folder
+
+
+def probe_runs(tmp_path, suite, values, env):
+    runs = []
+    for value in values:
+        tree = write_tree(tmp_path / f"tree-{value}", value)
+        run_env = {**env, "EXPECT_VALUE": value, "EXPECT_TREE": str(tree.resolve())}
+        args = ["tests", "-q", "-p", "no:cacheprovider", "-p", "fixtures.plugin.hooks", "--baseline=none"]
+        args += [f"--vllm-overlay={tree}"]
+        runs.append(Run(value, args, run_env, tmp_path / "logs" / f"{value}.log", 120, suite))
+    return runs
+
+
+def run_all(launcher, runs):
+    outcomes = {}
+    launcher.run(runs, lambda run, outcome: outcomes.__setitem__(run.key, outcome))
+    return outcomes
+
+
+def test_each_run_imports_its_own_overlay_and_leaves_nothing_for_the_next(tmp_path, suite):
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
+    with Launcher(jobs=1, mode="fork", env=env, server_log=tmp_path / "server.log") as launcher:
+        outcomes = run_all(launcher, probe_runs(tmp_path, suite, ["a", "b", "c"], env))
+        assert launcher.startup_seconds is not None
+    for value, outcome in outcomes.items():
+        log = (tmp_path / "logs" / f"{value}.log").read_text()
+        assert outcome.returncode == 0, log[-3000:]
+        assert "(forked from the fork server)" in log
+        assert f"vllm.fake.mark <- {(tmp_path / f'tree-{value}' / 'vllm/fake/mark.py').resolve()}" in log
+        assert outcome.cpu_seconds is not None
+
+
+def test_a_run_that_fails_is_reported_as_pytest_reports_it(tmp_path, suite):
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
+    runs = probe_runs(tmp_path, suite, ["x"], env)
+    runs[0].env["EXPECT_VALUE"] = "not x"
+    with Launcher(jobs=1, mode="fork", env=env) as launcher:
+        assert run_all(launcher, runs)["x"].returncode == 1
+
+
+def test_a_run_may_not_change_what_the_server_read_at_import(tmp_path, suite):
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
+    runs = probe_runs(tmp_path, suite, ["y"], env)
+    runs[0].env["TRITON_INTERPRET"] = "0"
+    with Launcher(jobs=1, mode="fork", env=env) as launcher:
+        outcome = run_all(launcher, runs)["y"]
+    assert outcome.returncode is None and "TRITON_INTERPRET='0'" in outcome.error
+    assert "not run:" in (tmp_path / "logs" / "y.log").read_text()
+    assert env_refusal({"PYTHONPATH": "/elsewhere"}) and env_refusal({}) is None
+
+
+def test_a_run_past_its_time_limit_is_killed(tmp_path, suite):
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
+    (suite / "tests" / "test_probe.py").write_text("import time\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    runs = probe_runs(tmp_path, suite, ["z"], env)
+    runs[0].timeout = 3
+    with Launcher(jobs=1, mode="fork", env=env) as launcher:
+        outcome = run_all(launcher, runs)["z"]
+    assert outcome.returncode is None and outcome.error is None and outcome.seconds < 30
+
+
+def test_a_gpu_machine_gets_fresh_processes(tmp_path, suite):
+    """A CUDA/HIP context does not survive fork(): where torch sees a GPU, every run is a process of its own."""
+    mode, why = choose_mode("auto", gpu=lambda: True)
+    assert mode == "fresh" and "GPU" in why
+    with pytest.raises(LauncherError, match="GPU is visible"):
+        choose_mode("fork", gpu=lambda: True)
+    assert choose_mode("auto", gpu=lambda: False)[0] == ("fork" if hasattr(os, "fork") else "fresh")
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
+    with Launcher(jobs=2, env=env, gpu=lambda: True) as launcher:
+        assert launcher.mode == "fresh"
+        outcomes = run_all(launcher, probe_runs(tmp_path, suite, ["g", "h"], env))
+    for value, outcome in outcomes.items():
+        log = (tmp_path / "logs" / f"{value}.log").read_text()
+        assert outcome.returncode == 0 and "(fresh process)" in log, log[-3000:]
+
+
+FAKE_CUDA = """
+import torch
+
+def initialise():
+    torch.cuda.is_initialized = lambda: True
+"""
+
+
+def test_the_server_refuses_to_fork_once_cuda_is_initialised(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert "initialised CUDA/HIP" in fork_refusal()
+    monkeypatch.undo()
+    assert fork_refusal() is None or torch.cuda.is_initialized()
+    # A preloaded module that initialises CUDA: the server stops before it forks anything.
+    (tmp_path / "fake_cuda.py").write_text(FAKE_CUDA)
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT, tmp_path])
+    launcher = Launcher(jobs=1, mode="fork", env=env, preload=["fake_cuda:initialise"], server_log=tmp_path / "s.log")
+    with pytest.raises(LauncherError, match="did not start"):
+        launcher.run([Run("r", ["--version"], env, tmp_path / "r.log")], lambda *a: None)
+    assert "initialised CUDA/HIP" in (tmp_path / "s.log").read_text()
+
+
+def test_the_default_preload_is_what_every_run_imports_first():
+    assert {"torch", "triton", "hypothesis", "pytest"} <= set(forkserver.PRELOAD)
+    # pytest rewrites the asserts of plugin modules as it imports them: never preloaded.
+    assert "fixtures.plugin.hooks" not in forkserver.PRELOAD
