@@ -2,31 +2,51 @@
 
 No vLLM and no Triton: a fake ``vllm`` package is written into ``tmp_path`` as
 a release (``release/vllm/fake/ops.py``) and an overlay (``change/vllm/...``)
-in which one function changed, one is new, a class gained a method and one
-function differs only in docstring and formatting.  The runner's test command
-is injected: a small script that loads the mutated tree through the real
-overlay finder (:mod:`fixtures.subjects.vllm.overlay`), checks a few behaviours and
-writes the kill-matrix plugin's record format.  Nothing is written into the
-repository.
+in which one function was rewritten, one changed in a single line, one is new,
+a class gained a method and one function differs only in docstring and
+formatting.  The runs are real: probe tests (``tests/test_ops.py`` in a folder
+of their own) import the mutated tree through the suite's plugin and
+``--vllm-overlay``, through the fork server, with the reach plugin in the
+control.  Nothing is written into the repository.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import hashlib
 import importlib
 import json
-import os
 import re
 import stat
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from fixtures.plugin.forkserver import Launcher, Run
+from fixtures.plugin.fresh_run import ROOT, pytest_env
+from fixtures.plugin.profiles import NO_SHRINK
 from tools import vllm_mutants as vm
-from tools.killmatrix import ROOT
+from tools.vllm_mutants import __main__ as cli
+from tools.vllm_mutants import reach_plugin
+from tools.vllm_mutants.discover import _lines
+from tools.vllm_mutants.equivalent import EQUIVALENT, check_equivalent_table
+from tools.vllm_mutants.generate import every_id
+from tools.vllm_mutants.report import MergeError, build_report, comparable, merge, reclassify, render_markdown
+from tools.vllm_mutants.run import (
+    STATUSES,
+    classify,
+    load_error,
+    ran_from_tree,
+    run_mutants,
+    shard,
+    verification_args,
+    write_tree,
+)
 
 RELEASE = """\
 def unchanged(xs):
@@ -37,6 +57,14 @@ def unchanged(xs):
 
 def changed(xs, k):
     return list(xs[:k]), k
+
+
+def tail(xs, n):
+    m = len(xs)
+    if 0 < n < m:
+        start = m - n
+        return xs[start:]
+    return xs[0:m]
 
 
 class Buf:
@@ -83,6 +111,14 @@ def added(xs):
     return total if total >= 0 else -total
 
 
+def tail(xs, n):
+    m = len(xs)
+    if 0 < n < m:
+        start = max(m - n, 0)
+        return xs[start:]
+    return xs[0:m]
+
+
 class Buf:
     def __init__(self, n):
         self.data = [0] * n
@@ -95,58 +131,31 @@ class Buf:
         self.data[: len(src)] = src
 '''
 
-# The fake verification: loads vllm.fake.ops through the overlay finder, runs three
-# "properties" (stops at the first failure, as -x does) and writes kill-matrix records.
-CHECK = """\
-import json, sys, time
-from pathlib import Path
+# The fake verification: probe tests (verification properties: under tests/) that import the
+# overlaid module through the suite's plugin and --vllm-overlay.
+PROBE = """\
+from hypothesis import given, strategies as st
 
-tree, record = sys.argv[1], Path(sys.argv[2])
-trace = Path(sys.argv[3]) if len(sys.argv) > 3 else None
-from fixtures.subjects.vllm import overlay as vllm_overlay
-
-vllm_overlay.install(tree)
-if trace is not None:
-    from tools.line_trace_plugin import LineTracer
-
-    tracer = LineTracer([str(Path(tree) / "vllm/fake/ops.py")], trace)
-    tracer.start()
-try:
-    from vllm.fake import ops
-except Exception as exc:
-    print(f"cannot import vllm.fake.ops: {exc!r}")
-    sys.exit(4)
+from vllm.fake import ops
 
 
-def data_of(buf):
-    return buf.data
+def test_changed_keeps_the_first_k():
+    assert ops.changed([5, 6, 7], 2) == ([5, 6], 2, True)
 
 
-CHECKS = {
-    "check.py::test_changed_keeps_the_first_k": lambda: ops.changed([5, 6, 7], 2) == ([5, 6], 2, True),
-    "check.py::test_changed_on_nothing": lambda: ops.changed([], 3) == ([], 0, False),
-    "check.py::test_copy_into_a_longer_buffer": lambda: (b := ops.Buf(3)).copy_([4]) or b.data == [4, 0, 0],
-}
-tests, rc = {}, 0
-for name, check in CHECKS.items():
-    try:
-        ok = bool(check())
-    except Exception:
-        ok = False
-    tests[name] = {
-        "outcomes": {"setup": "passed", "call": "passed" if ok else "failed", "teardown": "passed"},
-        "skip_reason": None, "calls": 1, "first_failure_call": None if ok else 1,
-        "seconds_to_first_failure": None if ok else 0.0, "seconds": 0.0, "falsifying": [],
-        "reproducer": True, "hypothesis": False,
-    }
-    if not ok:
-        rc = 1
-        break
-if trace is not None:
-    tracer.stop()
-record.parent.mkdir(parents=True, exist_ok=True)
-record.write_text(json.dumps({"exitstatus": rc, "tests": tests}))
-sys.exit(rc)
+def test_changed_on_nothing():
+    assert ops.changed([], 3) == ([], 0, False)
+
+
+def test_copy_into_a_longer_buffer():
+    b = ops.Buf(3)
+    b.copy_([4])
+    assert b.data == [4, 0, 0]
+
+
+@given(st.lists(st.integers(0, 9), max_size=6), st.integers(0, 9))
+def test_tail_is_the_last_n(xs, n):
+    assert ops.tail(xs, n) == (xs[-n:] if 0 < n < len(xs) else xs)
 """
 
 
@@ -162,15 +171,32 @@ def pair(tmp_path):
     return tmp_path / "release", tmp_path / "change"
 
 
-def fake_command(tmp_path, fail_control=False):
-    script = tmp_path / "check.py"
-    script.write_text(CHECK.replace("[5, 6], 2, True)", "[5, 6], 99, True)") if fail_control else CHECK)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+@pytest.fixture
+def suite(tmp_path):
+    """The probe tests in a folder of their own (its own rootdir)."""
+    folder = tmp_path / "suite"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    (folder / "tests" / "test_ops.py").write_text(PROBE)
+    return folder
 
-    def command(tree, record, trace=None):
-        return [sys.executable, str(script), str(tree), str(record), *([str(trace)] if trace else [])], env
 
-    return command
+def run_synthetic(mutants, change, out, suite, fail_control=False, profile="mutants", **kw):
+    if fail_control:
+        (suite / "tests" / "test_ops.py").write_text(PROBE.replace("[5, 6], 2, True)", "[5, 6], 99, True)"))
+    return run_mutants(
+        mutants,
+        change,
+        out,
+        paths=["tests"],
+        extra=["-p", "fixtures.plugin.hooks", "--baseline=none"],
+        preload=(),
+        cwd=suite,
+        profile=profile,
+        env={**pytest_env(profile, autoload=False, pythonpath=[ROOT]), NO_SHRINK: "1"},
+        timeout=120,
+        **kw,
+    )
 
 
 def by(mutants, operator, description):
@@ -179,35 +205,124 @@ def by(mutants, operator, description):
     return found[0]
 
 
-def test_only_changed_and_new_functions_are_mutated(pair):
+def counts_and(generation, operator):
+    return [m for m in generation.mutants if m.operator == operator]
+
+
+def counts_of(generation, function):
+    return sum(m.function == function for m in generation.mutants)
+
+
+# ----- what is mutated ------------------------------------------------------------------------
+def test_function_scope_mutates_changed_and_new_functions_only(pair):
     release, change = pair
-    generation = vm.generate(change, base=release)
+    generation = vm.generate(change, base=release, scope="function")
     assert {f.qualname: f.status for f in generation.functions} == {
         "changed": "changed",
         "added": "new",
+        "tail": "changed",
         "Buf.copy_": "new",
     }
-    assert {m.function for m in generation.mutants} == {"changed", "added", "Buf.copy_"}
+    assert {m.function for m in generation.mutants} == {"changed", "added", "tail", "Buf.copy_"}
     assert all(m.id.startswith(f"ops:{m.function}:L{m.line}:{m.operator}:") for m in generation.mutants)
     # Formatting, comments and docstrings are not a change; a new file has only new functions.
     assert vm.changed_functions(CHANGE, RELEASE.replace("return 0", "return 0  # c"), "m", "m.py")
-    assert [f.status for f in vm.changed_functions(CHANGE, None, "m", "m.py")] == ["new"] * 6
+    assert [f.status for f in vm.changed_functions(CHANGE, None, "m", "m.py")] == ["new"] * 7
+
+
+def plus_lines(old: str, new: str) -> set[int]:
+    """The new side's line numbers of the ``+`` lines of ``diff -u`` (parsed here, independently)."""
+    found, line = set(), 0
+    for text in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3):
+        if text.startswith("@@"):
+            line = int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", text).group(1))
+        elif text.startswith("+") and not text.startswith("+++"):
+            if text[1:].strip() and not text[1:].strip().startswith("#"):
+                found.add(line)
+            line += 1
+        elif not text.startswith("-"):
+            line += 1
+    return found
+
+
+def removed_lines(diff: str) -> set[int]:
+    """The old side's line numbers of a mutant diff's ``-`` lines (the overlay's numbering)."""
+    found, line = set(), 0
+    for text in diff.splitlines():
+        if text.startswith("@@"):
+            line = int(re.match(r"@@ -(\d+)", text).group(1))
+        elif text.startswith("-") and not text.startswith("---"):
+            found.add(line)
+            line += 1
+        elif text.startswith(" "):
+            line += 1
+    return found
+
+
+def block_holds(source: list[str], header: int, plus: set[int]) -> bool:
+    """Whether line ``header`` opens a block (``...:``) whose indented lines hold a + line."""
+    text = source[header - 1]
+    if not text.rstrip().endswith(":"):
+        return False
+    indent = len(text) - len(text.lstrip())
+    for number in range(header + 1, len(source) + 1):
+        body = source[number - 1]
+        if body.strip() and len(body) - len(body.lstrip()) <= indent:
+            return False
+        if number in plus:
+            return True
+    return False
+
+
+def test_line_scope_mutates_only_the_statements_the_diff_changed(pair):
+    release, change = pair
+    lines = vm.generate(change, base=release, scope="lines")
+    function = vm.generate(change, base=release, scope="function")
+    plus = plus_lines(RELEASE, CHANGE)
+    source = CHANGE.splitlines()
+    # tail: only `start = max(m - n, 0)` changed; its enclosing `if` header is in scope too,
+    # the rest of the function is not.
+    start_line = 1 + source.index("        start = max(m - n, 0)")
+    if_line = start_line - 1
+    tail = {(m.line, m.operator) for m in lines.mutants if m.function == "tail"}
+    assert tail == {
+        (if_line, "flip_compare"),
+        (if_line, "force_condition"),
+        (if_line, "const_0_1"),
+        (start_line, "swap_statements"),
+        (start_line, "swap_min_max"),
+        (start_line, "const_0_1"),
+    }, sorted(tail)
+    assert counts_of(function, "tail") > len(tail) + 4
+    ids = {m.id for m in function.mutants}
+    for m in lines.mutants:
+        assert m.id in ids or m.function == "unchanged", m.id  # an id names the same mutant in both scopes
+        removed = removed_lines(m.diff)
+        if m.operator == "swap_statements":
+            assert set(m.reach) & plus, m.id  # one of the two statements (their first lines) changed
+        else:
+            # Each rewritten line holds a + line of the diff, or is the header of a block that holds one.
+            assert all(r in plus or block_holds(source, r, plus) for r in removed), (m.id, removed)
+    # `unchanged` differs only in formatting: the diff shows its reformatted `if`, so the line scope
+    # mutates that header, while the function scope (which compares code) does not.
+    assert counts_of(function, "unchanged") == 0 < counts_of(lines, "unchanged")
+    assert {h.changed for h in lines.hunks} and set().union(*(h.changed for h in lines.hunks)) == plus
 
 
 def test_every_operator_fires_and_each_mutant_is_one_hunk(pair):
     release, change = pair
-    generation = vm.generate(change, base=release)
+    generation = vm.generate(change, base=release, scope="function")
     counts = Counter(m.operator for m in generation.mutants)
     assert set(counts) == set(vm.OPERATORS), counts
     # lo = 0 / step = 1 only bind names from constants: swapping them is not generated.
     assert generation.skipped == {"independent_swaps": 1}
-    original = vm._lines(CHANGE)
+    original = _lines(CHANGE)
     for m in generation.mutants:
-        assert vm.load_error(m) is None, m.id
+        assert load_error(m) is None, m.id
         hunks = re.findall(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@$", m.diff, re.M)
         assert len(hunks) == 1, m.diff
         start, old_len, _, new_len = map(int, hunks[0])
-        mutated = vm._lines(m.source)
+        mutated = _lines(m.source)
         # Byte-identical outside the hunk.
         assert mutated[: start - 1] == original[: start - 1], m.id
         assert mutated[start - 1 + new_len :] == original[start - 1 + old_len :], m.id
@@ -232,18 +347,12 @@ def test_generation_is_deterministic_and_samples_evenly(pair):
     assert [ids.index(m.id) for m in picked] == sorted(ids.index(m.id) for m in picked)
     assert picked[0] is first.mutants[0] and vm.sample(first.mutants, 10**6) == first.mutants
     assert [m.function for m in vm.select(first.mutants, ["ops:added:*"])] == ["added"] * counts_of(first, "added")
-
-
-def s_problems(report):
-    return report["summary"]["problems"]
-
-
-def counts_and(generation, operator):
-    return [m for m in generation.mutants if m.operator == operator]
-
-
-def counts_of(generation, function):
-    return sum(m.function == function for m in generation.mutants)
+    # Shards: a deterministic partition, in order.
+    parts = [shard(first.mutants, k, 3) for k in range(3)]
+    assert sorted((m.id for p in parts for m in p), key=ids.index) == ids
+    assert all(p == shard(second.mutants, k, 3) for k, p in enumerate(parts) for p in [[m for m in p]])
+    with pytest.raises(ValueError, match="shard-id"):
+        shard(first.mutants, 3, 3)
 
 
 def test_the_release_is_found_without_importing_vllm(pair, monkeypatch):
@@ -266,7 +375,7 @@ def test_a_read_only_overlay_is_linked_not_modified(pair, tmp_path):
     try:
         for p in paths:
             p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-        tree = vm.write_tree(change, tmp_path / "tree", mutant.relpath, mutant.source)
+        tree = write_tree(change, tmp_path / "tree", mutant.relpath, mutant.source)
     finally:
         for p in paths:
             p.chmod(p.stat().st_mode | stat.S_IWUSR)
@@ -276,118 +385,226 @@ def test_a_read_only_overlay_is_linked_not_modified(pair, tmp_path):
     assert (change / mutant.relpath).read_text() == CHANGE
 
 
-def test_run_reports_killed_survived_unreached_and_not_loadable(pair, tmp_path, monkeypatch):
+# ----- running: control, reach, selection, verdicts, shards ------------------------------------------
+def ran_tests(result) -> set[str]:
+    """The tests a mutant's run executed, from its kill-matrix record (next to its log)."""
+    log = Path(result["log"])
+    record = log.parent.parent / "runs" / (log.stem + ".json")
+    return {t.rsplit("::", 1)[1] for t in json.loads(record.read_text())["tests"]}
+
+
+def test_each_mutant_runs_only_the_tests_that_reach_it(pair, tmp_path, suite):
     release, change = pair
-    trees = tmp_path / "trees"
-    monkeypatch.setattr(vm.tempfile, "mkdtemp", lambda prefix: str(trees.mkdir() or trees))
-    generation = vm.generate(change, base=release)
+    generation = vm.generate(change, base=release, scope="function")
     fill_deleted = by(generation.mutants, "delete_call", "out.fill_")
     copy_deleted = by(generation.mutants, "delete_call", "out.copy_")
-    chosen = [m for m in generation.mutants if m.function == "changed"][:6] + [fill_deleted, copy_deleted]
-    chosen += [m for m in generation.mutants if m.function == "added"][:3]
+    copy_shifted = [m for m in generation.mutants if m.function == "Buf.copy_" and m.operator == "shift_index"]
+    tail_if = [m for m in generation.mutants if m.function == "tail" and m.operator == "flip_compare"]
+    added = [m for m in generation.mutants if m.function == "added"][:3]
     loop_body = [m for m in generation.mutants if m.line == 20]  # the while loop's body: never entered
-    chosen += loop_body
     broken = dataclasses.replace(copy_deleted, id="ops:changed:L1:test_only:1", source=CHANGE + "def (:\n")
     unimportable = dataclasses.replace(
         copy_deleted, id="ops:changed:L1:test_only:2", source=CHANGE + "raise ImportError('broken on purpose')\n"
     )
-    chosen += [broken, unimportable]
-    out = tmp_path / "out"
-    run = vm.run_mutants(chosen, change, out, command=fake_command(tmp_path), jobs=4, timeout=60)
+    chosen = [fill_deleted, copy_deleted, *copy_shifted[:1], *tail_if, *added, *loop_body, broken, unimportable]
+    run = run_synthetic(chosen, change, tmp_path / "out", suite)
     assert run["control"]["status"] == "passed", run["control"]
+    assert "fork" in run["launcher"] or "fresh" in run["launcher"]
     results = run["results"]
+    # Reach: per test, from coverage's dynamic contexts.
+    ops_file = str((change / "vllm/fake/ops.py").resolve())
+    copy_line = str(1 + CHANGE.splitlines().index("        self.data[: len(src)] = src"))
+    assert {t.rsplit("::", 1)[1] for t in run["reach"][ops_file][copy_line]} == {
+        "test_changed_keeps_the_first_k",
+        "test_copy_into_a_longer_buffer",
+    }
+    # Selection: a mutant of Buf.copy_ runs the two tests that call it, never test_changed_on_nothing.
+    assert results[copy_shifted[0].id]["status"] == "killed"
+    assert results[copy_shifted[0].id]["tests"] == 2
+    assert ran_tests(results[copy_shifted[0].id]) <= {
+        "test_changed_keeps_the_first_k",
+        "test_copy_into_a_longer_buffer",
+    }
+    assert results[copy_deleted.id]["status"] == "killed"
+    assert results[copy_deleted.id]["killed_by"] == "tests/test_ops.py::test_changed_keeps_the_first_k"
+    assert results[copy_deleted.id]["examples"] is None or results[copy_deleted.id]["examples"] >= 1
+    # The hypothesis property is the only test that reaches tail; it kills the flipped bound.
+    for m in tail_if:
+        assert ran_tests(results[m.id]) == {"test_tail_is_the_last_n"}, m.id
+    assert any(results[m.id]["status"] == "killed" for m in tail_if)
+    assert results[fill_deleted.id]["status"] == "survived" and results[fill_deleted.id]["tests"] >= 1
+    for m in [*added, *loop_body]:
+        assert results[m.id]["status"] == "gap" and str(m.line) in results[m.id]["detail"], m.id
     assert results[broken.id]["status"] == "not_loadable" and "does not compile" in results[broken.id]["detail"]
     assert results[unimportable.id]["status"] == "not_loadable"
     assert "pytest exited 4" in results[unimportable.id]["detail"]
-    assert results[copy_deleted.id]["status"] == "killed"
-    assert results[copy_deleted.id]["killed_by"] == "check.py::test_changed_keeps_the_first_k"
-    assert results[copy_deleted.id]["examples"] == 1
-    assert results[fill_deleted.id]["status"] == "survived" and not results[fill_deleted.id].get("not_run")
-    for m in chosen:
-        if m.function == "added" or m in loop_body:
-            assert results[m.id]["status"] == "survived" and results[m.id]["not_run"], m.id
-    assert not trees.exists(), "the mutants' trees must be removed"
 
     equivalent = {fill_deleted.id: "the copy_ right after it overwrites what fill_ wrote (n == len of the slice)"}
-    report = vm.build_report(generation, chosen, run, change, equivalent=equivalent)
+    report = build_report(generation, chosen, run, change, equivalent=equivalent, base=release)
     entries = {e["id"]: e for e in report["mutants"]}
     assert entries[fill_deleted.id]["status"] == "equivalent" and entries[fill_deleted.id]["reached"] == "yes"
-    assert {entries[m.id]["reached"] for m in chosen if m.function == "added" or m in loop_body} == {"no"}
-    assert any(
-        "survivors in code the control run never executed: added (3), changed (" in p for p in s_problems(report)
-    )
+    assert {entries[m.id]["reached"] for m in [*added, *loop_body]} == {"no"}
     s = report["summary"]
-    assert s["killed"] + s["survived"] + s["equivalent"] + s["not_loadable"] + s["error"] + s["timeout"] == len(chosen)
+    assert sum(s[k] for k in STATUSES) == len(chosen)
     assert s["kill_rate"] == round(s["killed"] / (len(chosen) - s["equivalent"] - s["not_loadable"]), 4)
-    assert s["not_loadable"] == 2 and s["error"] == s["timeout"] == 0
-    assert not s["ok"] and any("survived" in p for p in s["problems"])
-    assert report["functions"]["vllm/fake/ops.py::changed"]["killed"] >= 1
-    text = vm.render_markdown(report)
-    for e in report["mutants"]:
-        if e["status"] == "survived":
-            assert e["diff"].rstrip("\n") in text, e["id"]
+    assert s["not_loadable"] == 2 and s["error"] == s["timeout"] == 0 and s["gap"] == len(added) + len(loop_body)
+    assert not s["ok"] and any("is a gap" in p for p in s["problems"])
+    assert report["functions"]["vllm/fake/ops.py::Buf.copy_"]["killed"] >= 1
+    text = render_markdown(report)
     assert f"`{fill_deleted.id}`: the copy_ right after it overwrites" in text
+    assert "## Per hunk of the diff" in text and "+        start = max(m - n, 0)" in text
+    hunk_of_tail = next(h for h in report["hunks"] if "+        start = max(m - n, 0)" in h["text"])
+    assert {m.id for m in tail_if} <= set(hunk_of_tail["mutants"])
 
     # Classifying after the run: the report is written again from its JSON, nothing runs.
-    plain = vm.build_report(generation, chosen[:-2], run, change, equivalent={})
-    (out / "report.json").write_text(json.dumps(plain))
-    monkeypatch.setattr(vm, "EQUIVALENT", equivalent)
-    args = [f"--vllm-overlay={change}", f"--base={release}", f"--out={out}", "--rebuild-report"]
-    assert vm.main(args) == 1  # other survivors remain
-    rebuilt = json.loads((out / "report.json").read_text())
-    assert {e["id"]: e["status"] for e in rebuilt["mutants"]}[fill_deleted.id] == "equivalent"
-    assert rebuilt["summary"]["equivalent"] == 1 and rebuilt["summary"]["considered"] == len(chosen) - 2
-
+    plain = build_report(generation, chosen, run, change, equivalent={}, base=release)
+    assert entries_by_status(plain)[fill_deleted.id] == "survived"
+    assert entries_by_status(reclassify(plain, equivalent))[fill_deleted.id] == "equivalent"
     # An entry that says "equivalent" about a mutant the suite killed is wrong.
-    wrong = vm.build_report(generation, chosen, run, change, equivalent={copy_deleted.id: "not really"})
+    wrong = build_report(generation, chosen, run, change, equivalent={copy_deleted.id: "not really"})
     assert any("listed as equivalent but was killed" in p for p in wrong["summary"]["problems"])
 
 
-def test_a_failing_control_stops_the_run(pair, tmp_path):
+def entries_by_status(report):
+    return {e["id"]: e["status"] for e in report["mutants"]}
+
+
+def test_two_shards_merge_into_the_unsharded_report(pair, tmp_path, suite):
+    release, change = pair
+    generation = vm.generate(change, base=release, scope="lines")
+    chosen = [m for m in generation.mutants if m.function in ("tail", "Buf.copy_")][:6]
+    equivalent = {}
+    whole = build_report(
+        generation,
+        chosen,
+        run_synthetic(chosen, change, tmp_path / "whole", suite),
+        change,
+        equivalent=equivalent,
+        base=release,
+    )
+    shards = []
+    for k in range(2):
+        part = shard(chosen, k, 2)
+        run = run_synthetic(part, change, tmp_path / f"shard{k}", suite)
+        shards.append(build_report(generation, part, run, change, equivalent=equivalent, base=release, shard=(k, 2)))
+    merged = merge(shards)
+    assert comparable(merged) == comparable(whole)
+    assert merged["summary"]["shards"] == 2 and whole["summary"]["killed"] >= 1
+    with pytest.raises(MergeError, match="shards 0..N-1"):
+        merge([shards[0], shards[0]])
+    with pytest.raises(MergeError, match="shards 0..N-1"):
+        merge(shards[:1])
+
+
+def reach_session(change, release, suite, tmp_path, name, *extra, profile="mutants"):
+    """A verification session of the probe tests that records reach as CI's does (the reach plugin
+    working out files and functions from --reach-overlay and --reach-base); its reach file."""
+    env = {**pytest_env(profile, autoload=False, pythonpath=[ROOT]), NO_SHRINK: "1"}
+    out = tmp_path / f"{name}.json"
+    args = ["tests", "-q", "-p", "no:cacheprovider", "-p", "fixtures.plugin.hooks", "--baseline=none"]
+    args += [f"--vllm-overlay={change}", "-p", "tools.vllm_mutants.reach_plugin", f"--reach-json={out}"]
+    args += [f"--reach-overlay={change}", f"--reach-base={release}", *extra]
+    outcomes = []
+    with Launcher(jobs=1, env=env) as launcher:
+        launcher.run([Run(name, args, env, tmp_path / f"{name}.log", 120, suite)], lambda r, o: outcomes.append(o))
+    assert outcomes[0].returncode == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    return out
+
+
+def test_reach_inside_the_mutated_functions_equals_reach_over_the_whole_session(pair, tmp_path, suite):
+    release, change = pair
+    scoped = reach_plugin.load([reach_session(change, release, suite, tmp_path, "scoped")])
+    whole = reach_plugin.load([reach_session(change, release, suite, tmp_path, "whole", "--reach-everywhere")])
+    assert scoped["meta"][0]["measured"] == "inside the mutated functions"
+    assert whole["meta"][0]["measured"].startswith("the whole session")
+    lines = vm.generate(change, base=release, scope="lines")
+    ops = str((change / "vllm/fake/ops.py").resolve())
+    mutated = {str(line) for m in lines.mutants for line in m.reach}
+    assert mutated and {k: v for k, v in scoped["reach"][ops].items() if k in mutated} == {
+        k: v for k, v in whole["reach"][ops].items() if k in mutated
+    }
+    assert set(scoped["seconds"]) == set(whole["seconds"]) and len(scoped["seconds"]) == 4
+
+
+def test_a_verification_session_serves_as_the_control(pair, tmp_path, suite):
+    """CI's run against the overlay records reach; the mutants then run without a control run of their
+    own, with the same verdicts as after one."""
+    release, change = pair
+    generation = vm.generate(change, base=release, scope="lines")
+    chosen = [m for m in generation.mutants if m.function in ("tail", "Buf.copy_", "changed")][:8]
+    reach = reach_session(change, release, suite, tmp_path, "session")
+    taken = run_synthetic(chosen, change, tmp_path / "taken", suite, reach_from=[reach])
+    own = run_synthetic(chosen, change, tmp_path / "own", suite)
+    assert taken["control"]["status"] == "passed" and "session.json" in taken["control"]["detail"]
+    assert entries_by_status({"mutants": [{"id": k, **v} for k, v in taken["results"].items()]}) == entries_by_status(
+        {"mutants": [{"id": k, **v} for k, v in own["results"].items()]}
+    )
+    # Reach recorded under another profile, or on another file, is refused: the selection would not hold.
+    other = run_synthetic(chosen, change, tmp_path / "other", suite, reach_from=[reach], profile="ci")
+    assert other["control"]["status"] == "error" and "profile 'mutants'" in other["control"]["detail"]
+    (change / "vllm/fake/ops.py").write_text(CHANGE + "\n# edited after the session\n")
+    edited = run_synthetic(chosen, change, tmp_path / "edited", suite, reach_from=[reach])
+    assert edited["control"]["status"] == "error" and "changed since it was measured" in edited["control"]["detail"]
+    assert edited["results"] == {}
+
+
+def test_a_failing_control_stops_the_run(pair, tmp_path, suite):
     release, change = pair
     generation = vm.generate(change, base=release)
     chosen = generation.mutants[:3]
-    run = vm.run_mutants(chosen, change, tmp_path / "out", command=fake_command(tmp_path, fail_control=True))
+    run = run_synthetic(chosen, change, tmp_path / "out", suite, fail_control=True)
     assert run["control"]["status"] == "failed" and run["results"] == {}
-    report = vm.build_report(generation, chosen, run, change, equivalent={})
+    report = build_report(generation, chosen, run, change, equivalent={})
     assert {e["status"] for e in report["mutants"]} == {"error"}
     assert "the unmutated overlay does not pass" in report["summary"]["problems"][0]
 
 
+def test_a_run_whose_summary_does_not_show_the_mutated_file_is_an_error(tmp_path):
+    log = tmp_path / "log"
+    tree, relpath, source = tmp_path / "tree", "vllm/fake/ops.py", "x = 1\n"
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    log.write_text(f"vLLM overlay {tree}: vllm.fake.ops <- {(tree / relpath).resolve()} (sha256 {digest}) [ran]\n")
+    assert ran_from_tree(log, tree, relpath, source)
+    assert not ran_from_tree(log, tree, relpath, "x = 2\n")  # another file ran
+    log.write_text(log.read_text().replace("[ran]", "[not imported]"))
+    assert not ran_from_tree(log, tree, relpath, source)
+
+
 def test_the_equivalent_table_rejects_what_matches_nothing(pair, tmp_path, monkeypatch, capsys):
     release, change = pair
-    ids = [m.id for m in vm.generate(change, base=release).mutants]
-    vm.check_equivalent_table({ids[0]: "a reason"}, ids)
+    ids = every_id(change)
+    first = sorted(ids)[0]
+    check_equivalent_table({first: "a reason"}, ids)
     with pytest.raises(vm.MutantError, match="not generated.*ops:changed:L999:const_0_1:1"):
-        vm.check_equivalent_table({"ops:changed:L999:const_0_1:1": "a reason"}, ids)
+        check_equivalent_table({"ops:changed:L999:const_0_1:1": "a reason"}, ids)
     with pytest.raises(vm.MutantError, match="without a reason"):
-        vm.check_equivalent_table({ids[0]: " "}, ids)
-    monkeypatch.setattr(vm, "EQUIVALENT", {"ops:gone:L1:const_0_1:1": "stale"})
+        check_equivalent_table({first: " "}, ids)
+    # Every mutant of either scope has an id that the table may name.
+    assert {m.id for m in vm.generate(change, base=release, scope="function").mutants} <= ids
+    assert {m.id for m in vm.generate(change, base=release, scope="lines").mutants} <= ids
+    monkeypatch.setattr(cli, "EQUIVALENT", {"ops:gone:L1:const_0_1:1": "stale"})
     args = [f"--vllm-overlay={change}", f"--base={release}", f"--out={tmp_path / 'out'}"]
-    assert vm.main([*args, "--list"]) == 2
+    assert cli.main([*args, "--list"]) == 2
     assert "not generated" in capsys.readouterr().err
-    assert vm.main([*args, "--list", "--no-equivalent"]) == 0
+    assert cli.main([*args, "--list", "--no-equivalent"]) == 0
     assert "per operator:" in capsys.readouterr().out
 
 
 def test_the_equivalent_table_is_well_formed():
     ops = "|".join(vm.OPERATORS)
-    for mutant_id, reason in vm.EQUIVALENT.items():
+    for mutant_id, reason in EQUIVALENT.items():
         assert re.fullmatch(rf"[\w.]+:[\w.]+:L\d+:({ops}):\d+", mutant_id), mutant_id
         assert reason.strip() and "\n" not in reason, mutant_id
 
 
-def test_the_default_command_is_the_whole_verification_against_the_overlay(tmp_path):
-    command = vm.verification_command(trace_files=["/x/ops.py"])
-    argv, env = command(tmp_path / "tree", tmp_path / "r.json", tmp_path / "lines.json")
-    assert argv[1:3] == ["-m", "pytest"] and "tests" in argv
+def test_the_run_arguments_are_the_verification_against_the_overlay(tmp_path):
+    args = verification_args(["tests"], tmp_path / "tree", tmp_path / "r.json", ["--subject=vllm"])
     for arg in ("--subject=vllm", f"--vllm-overlay={tmp_path / 'tree'}", f"--kill-matrix-json={tmp_path / 'r.json'}"):
-        assert arg in argv
-    assert argv[argv.index("-m", 3) + 1] == "verification" and "-x" in argv
-    assert "tools.killmatrix_plugin" in argv and "tools.line_trace_plugin" in argv
-    assert "--line-trace=/x/ops.py" in argv and env["HYPOTHESIS_PROFILE"] == "mutants"
-    argv, _ = command(tmp_path / "tree", tmp_path / "r.json", None)
-    assert "tools.line_trace_plugin" not in argv
+        assert arg in args
+    assert args[args.index("-m") + 1] == "verification" and "-x" in args and "tools.killmatrix_plugin" in args
+    assert "tools.vllm_mutants.reach_plugin" not in args
+    traced = verification_args(["tests"], tmp_path / "t", tmp_path / "r", reach=(["/x/ops.py"], tmp_path / "l.json"))
+    assert "tools.vllm_mutants.reach_plugin" in traced and "--reach-file=/x/ops.py" in traced
 
 
 @pytest.mark.parametrize(
@@ -403,7 +620,7 @@ def test_classify(tmp_path, returncode, outcome, status):
         rec.update(first_failure_call=3 if outcome == "failed" else None, seconds_to_first_failure=0.5)
         rec.update(falsifying=[], reproducer=True, hypothesis=True, seconds=1.0)
         record.write_text(json.dumps({"exitstatus": returncode, "tests": {"tests/a.py::test_p": rec}}))
-    verdict = vm.classify(returncode, record, tmp_path / "log", timeout=9)
+    verdict = classify(returncode, record, tmp_path / "log", timeout=9)
     assert verdict["status"] == status, verdict
     if status == "killed":
         assert verdict["killed_by"] == "tests/a.py::test_p" and verdict["examples"] == 3
@@ -418,11 +635,11 @@ def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_
         '  File "/repo/fixtures/killmatrix_plugin.py", line 50 in test_host_path\n'
         '  File "/repo/tests/differential/test_single_step.py", line 91 in test_host_path\n'
     )
-    verdict = vm.classify(-6, tmp_path / "missing.json", log, timeout=9)
+    verdict = classify(-6, tmp_path / "missing.json", log, timeout=9)
     assert verdict["status"] == "killed" and verdict["crash"] == "SIGABRT"
     assert verdict["killed_by"] == "tests/differential/test_single_step.py::test_host_path"
     log.write_text("killed from outside, no dump\n")
-    assert vm.classify(-9, tmp_path / "missing.json", log, timeout=9)["status"] == "error"
+    assert classify(-9, tmp_path / "missing.json", log, timeout=9)["status"] == "error"
 
 
 def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
@@ -444,6 +661,6 @@ def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
     argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_p.py"), "-q", "-p", "no:cacheprovider", "-x"]
     argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "tools.killmatrix_plugin", f"--kill-matrix-json={record}"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    verdict = vm.classify(proc.returncode, record, tmp_path / "log", timeout=9)
+    verdict = classify(proc.returncode, record, tmp_path / "log", timeout=9)
     assert verdict["status"] == "killed", proc.stdout[-2000:]
     assert verdict["killed_by"].endswith("test_p.py::test_p") and verdict["examples"] == 1
