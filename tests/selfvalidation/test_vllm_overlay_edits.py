@@ -4,8 +4,10 @@ Each edit of :mod:`fixtures.subjects.mutants.vllm_edits` is applied to a copy of
 overlay given with ``--vllm-overlay`` (in a temporary folder), and the
 edit's properties (stateful and gating, or the NoPE forward's for the top-k
 remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
-pinned ones): a property must fail.  Needs vLLM installed and
-``--vllm-overlay`` (``tox -e vllm`` passes both); otherwise not applicable.
+pinned ones), without shrinking: a property must fail.  Each run is a child of the fork server
+(``fixtures/plugin/forkserver.py``), which imported torch, triton and vLLM once
+for every edit this process runs.  Needs vLLM installed and ``--vllm-overlay``
+(``tox -e vllm`` passes both); otherwise not applicable.
 """
 
 import importlib.util
@@ -14,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin.fresh_run import repo
+from fixtures.plugin.forkserver import Launcher, Run
+from fixtures.plugin.fresh_run import ROOT, pytest_env
+from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
 
 
@@ -25,18 +29,28 @@ def overlay(pytestconfig):
     folder = pytestconfig.getoption("--vllm-overlay")
     if not folder:
         pytest.skip("not applicable: no --vllm-overlay given (tox -e vllm gives ../shared/vllm-pr where it exists)")
-    return Path(pytestconfig.invocation_params.dir, folder)  # absolute: run_suite_in changes the folder
+    return Path(pytestconfig.invocation_params.dir, folder)  # absolute, whatever folder a run starts in
+
+
+@pytest.fixture(scope="module")
+def launcher(overlay, tmp_path_factory):
+    """One fork server per process, with vLLM preloaded (fresh processes where a GPU is visible)."""
+    env = {**pytest_env("mutants", autoload=False), NO_SHRINK: "1"}
+    log = tmp_path_factory.mktemp("forkserver") / "server.log"
+    with Launcher(jobs=1, env=env, preload=["fixtures.subjects.vllm.backend:preload"], server_log=log) as server:
+        yield server
 
 
 @pytest.mark.parametrize("name", sorted(EDITS))
-def test_the_edit_is_caught_through_the_real_file(overlay, tmp_path, run_suite_in, name):
+def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, name):
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
-    paths = [repo(path) for path in EDITS[name].paths]
-    run = run_suite_in(
-        "--subject=vllm", *paths, "-x", "-m", "verification", f"--vllm-overlay={edited}", profile="mutants"
-    )
-    out = run.out
-    assert run.ret == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
+    args = [*EDITS[name].paths, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "_hypothesis_pytestplugin"]
+    args += ["--subject=vllm", "-x", "-m", "verification", f"--vllm-overlay={edited}"]
+    log = tmp_path / "run.log"
+    outcomes = []
+    launcher.run([Run(name, args, launcher.env, log, 900, ROOT)], lambda run, outcome: outcomes.append(outcome))
+    out = log.read_text(errors="replace")
+    assert outcomes[0].returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
     assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
     assert f"--vllm-overlay={edited}" in out, "the failure's reproducer must name the edited overlay"
     assert f"vLLM overlay {edited}: vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse <- " in out
