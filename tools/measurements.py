@@ -12,7 +12,16 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   pytest seconds), in file-name order;
 * ``kill-matrix``: the kill matrix's summary (profile, mutants killed, kill
   rate, examples to the first kill, kills by generated and pinned examples,
-  wall and CPU seconds).
+  wall and CPU seconds);
+* ``ci-envs``: each tox env's wall time, install and commands apart, from the
+  ``--result-json`` of ``tox run-parallel`` (``.ci/run`` writes ``tox-result.json``);
+* ``cost``: per pytest run, where its CPU time went (``cost-*.json`` of
+  :mod:`tools.cost_plugin`, xdist workers added up): imports before pytest
+  configured, the subject's imports in configure (vLLM), collection, the tests
+  (of which: Triton's interpreter, hypothesis' data generation and shrinking);
+* ``cost-tests``: the tests that cost the most CPU over all those runs;
+* ``mutation``: the line-scoped mutation run's summary
+  (``vllm-mutants/report.json``).
 
 Text outside the markers (the narrative, numbers measured by hand) is kept as
 written.  A section whose reports are missing is left as it was and named on
@@ -73,7 +82,95 @@ def kill_matrix_rows(reports: Path) -> list[str] | None:
     ]
 
 
-GENERATORS = {"junit": junit_rows, "kill-matrix": kill_matrix_rows}
+def ci_env_rows(reports: Path) -> list[str] | None:
+    path = reports / "tox-result.json"
+    if not path.exists():
+        return None
+    envs = json.loads(path.read_text()).get("testenvs", {})
+    rows = ["| tox env | install | commands | wall |", "| --- | --- | --- | --- |"]
+    for name, env in sorted(envs.items()):
+        setup = sum(r.get("elapsed", 0.0) for r in env.get("setup", []))
+        commands = sum(r.get("elapsed", 0.0) for r in env.get("test", []))
+        rows.append(f"| `{name}` | {setup:.0f} s | {commands:.0f} s | {setup + commands:.0f} s |")
+    return rows
+
+
+def cost_runs(reports: Path) -> dict[str, dict]:
+    """Per run (``cost-NAME.json`` and its workers' ``cost-NAME.gwK.json``): process totals and tests."""
+    runs: dict[str, dict] = {}
+    for path in sorted(reports.glob("cost-*.json")):
+        name = path.name.removeprefix("cost-").split(".")[0]
+        data = json.loads(path.read_text())
+        run = runs.setdefault(name, {"process": {}, "tests": {}, "processes": 0})
+        if data["tests"] or not run["processes"]:
+            run["processes"] += 1
+            for key, value in data["process"].items():
+                run["process"][key] = run["process"].get(key, 0.0) + value
+        run["tests"].update(data["tests"])
+    return runs
+
+
+def cost_rows(reports: Path) -> list[str] | None:
+    runs = cost_runs(reports)
+    if not runs:
+        return None
+    rows = [
+        "| run | processes | imports (startup) | subject imports (configure) | collection | tests | "
+        "of which Triton interpreter | hypothesis generation | hypothesis shrinking | total CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, run in runs.items():
+        p, tests = run["process"], run["tests"].values()
+        total = {key: sum(t[key] for t in tests) for key in ("cpu", "triton", "generate", "shrink")}
+        rows.append(
+            f"| `{name}` | {run['processes']} | {p.get('startup_cpu', 0):.0f} s | {p.get('configure_cpu', 0):.0f} s "
+            f"| {p.get('collection_cpu', 0):.0f} s | {total['cpu']:.0f} s | {total['triton']:.0f} s "
+            f"| {total['generate']:.0f} s | {total['shrink']:.0f} s | {p.get('total_cpu', 0):.0f} s |"
+        )
+    return rows
+
+
+def cost_test_rows(reports: Path, top: int = 12) -> list[str] | None:
+    runs = cost_runs(reports)
+    if not runs:
+        return None
+    tests = [(t["cpu"], name, test, t) for name, run in runs.items() for test, t in run["tests"].items()]
+    rows = [
+        "| run | test | CPU | wall | Triton interpreter | hypothesis generation | examples |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for cpu, name, test, t in sorted(tests, reverse=True)[:top]:
+        rows.append(
+            f"| `{name}` | `{test.removeprefix('tests/')}` | {cpu:.0f} s | {t['wall']:.0f} s | {t['triton']:.0f} s "
+            f"| {t['generate']:.1f} s | {t['examples']} |"
+        )
+    return rows
+
+
+def mutation_rows(reports: Path) -> list[str] | None:
+    path = reports / "vllm-mutants" / "report.json"
+    if not path.exists():
+        return None
+    s = json.loads(path.read_text())["summary"]
+    rate = "n/a" if s["kill_rate"] is None else f"{s['kill_rate']:.1%}"
+    return [
+        "| scope | hunks | mutants | killed | equivalent | survived | gaps | not loadable | errors, timeouts "
+        "| kill rate | tests per mutant | wall / CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"| {s['scope']} | {s['hunks']} | {s['considered']} | {s['killed']} | {s['equivalent']} | {s['survived']} "
+        f"| {s['gap']} | {s['not_loadable']} | {s['error'] + s['timeout']} | {rate} | {s['tests_per_run']} "
+        f"| {s['wall_seconds']:.0f} s / {s['cpu_seconds']:.0f} s |",
+    ]
+
+
+GENERATORS = {
+    "junit": junit_rows,
+    "kill-matrix": kill_matrix_rows,
+    "ci-envs": ci_env_rows,
+    "cost": cost_rows,
+    "cost-tests": cost_test_rows,
+    "mutation": mutation_rows,
+}
 
 
 def regenerate(text: str, reports: Path) -> tuple[str, list[str]]:
