@@ -102,10 +102,9 @@ def cost_runs(reports: Path) -> dict[str, dict]:
         name = path.name.removeprefix("cost-").split(".")[0]
         data = json.loads(path.read_text())
         run = runs.setdefault(name, {"process": {}, "tests": {}, "processes": 0})
-        if data["tests"] or not run["processes"]:
-            run["processes"] += 1
-            for key, value in data["process"].items():
-                run["process"][key] = run["process"].get(key, 0.0) + value
+        run["processes"] += 1  # an xdist controller too: it imports what its workers import
+        for key, value in data["process"].items():
+            run["process"][key] = run["process"].get(key, 0.0) + value
         run["tests"].update(data["tests"])
     return runs
 

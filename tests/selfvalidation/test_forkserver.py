@@ -162,3 +162,31 @@ def test_the_default_preload_is_what_every_run_imports_first():
     assert {"torch", "triton", "hypothesis", "pytest"} <= set(forkserver.PRELOAD)
     # pytest rewrites the asserts of plugin modules as it imports them: never preloaded.
     assert "fixtures.plugin.hooks" not in forkserver.PRELOAD
+
+
+def test_auto_mode_forks_only_where_torch_sees_no_gpu():
+    torch = pytest.importorskip("torch")
+    launcher = Launcher(jobs=1)
+    assert launcher.mode == ("fresh" if torch.cuda.is_available() or not hasattr(os, "fork") else "fork")
+
+
+REAL_CUDA = """
+import torch
+
+def initialise():
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+"""
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_server_that_initialised_cuda_forks_nothing(tmp_path):
+    """On a real GPU: a preloaded module that creates a CUDA/HIP context stops the server before any fork."""
+    (tmp_path / "real_cuda.py").write_text(REAL_CUDA)
+    env = pytest_env("ci", autoload=False, pythonpath=[ROOT, tmp_path])
+    launcher = Launcher(
+        jobs=1, mode="fork", env=env, preload=["real_cuda:initialise"], server_log=tmp_path / "s.log", gpu=lambda: False
+    )
+    with pytest.raises(LauncherError, match="did not start"):
+        launcher.run([Run("r", ["--version"], env, tmp_path / "r.log")], lambda *a: None)
+    assert "initialised CUDA/HIP" in (tmp_path / "s.log").read_text()

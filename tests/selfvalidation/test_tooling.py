@@ -138,3 +138,39 @@ def test_measurements_fill_the_kill_matrix_and_refuse_a_broken_marker(tmp_path):
         regenerate(DOC.replace("<!-- /generated -->\nBetween", "Between"), tmp_path)
     with pytest.raises(MeasurementsError, match="unknown generated section 'timing'"):
         regenerate("<!-- generated: timing -->\n<!-- /generated -->\n", tmp_path)
+
+
+def test_measurements_add_up_the_cost_of_a_run_and_its_workers(tmp_path):
+    def cost(process, tests):
+        return json.dumps({"process": process, "tests": tests})
+
+    blank = dict(startup_cpu=0, configure_cpu=0, collection_cpu=0, collection_wall=0, total_cpu=1.0)
+    test = dict(wall=1.0, cpu=1.0, triton=0.0, triton_launches=0, generate=0.0, shrink=0.0, examples=0)
+    (tmp_path / "cost-vllm-overlay.json").write_text(cost(blank, {}))  # the xdist controller: no tests
+    for worker, cpu, triton in (("gw0", 100.0, 70.0), ("gw1", 40.0, 10.0)):
+        process = dict(startup_cpu=15.0, configure_cpu=2.0, collection_cpu=1.5, collection_wall=1.6, total_cpu=cpu + 20)
+        tests = {f"tests/a.py::test_{worker}": {**test, "cpu": cpu, "triton": triton, "generate": 1.25}}
+        (tmp_path / f"cost-vllm-overlay.{worker}.json").write_text(cost(process, tests))
+    doc = "<!-- generated: cost -->\n<!-- /generated -->\n<!-- generated: cost-tests -->\n<!-- /generated -->\n"
+    text, missing = regenerate(doc, tmp_path)
+    assert missing == []
+    assert "| `vllm-overlay` | 3 | 30 s | 4 s | 3 s | 140 s | 80 s | 2 s | 0 s | 181 s |" in text
+    tests = [line for line in text.splitlines() if line.startswith("| `vllm-overlay` | `a.py::")]
+    assert tests == [
+        "| `vllm-overlay` | `a.py::test_gw0` | 100 s | 1 s | 70 s | 1.2 s | 0 |",
+        "| `vllm-overlay` | `a.py::test_gw1` | 40 s | 1 s | 10 s | 1.2 s | 0 |",
+    ]
+
+
+def test_measurements_fill_the_ci_envs_and_the_mutation_run(tmp_path):
+    result = {"testenvs": {"cpu": {"setup": [{"elapsed": 50.2}], "test": [{"elapsed": 100.4}, {"elapsed": 9.0}]}}}
+    (tmp_path / "tox-result.json").write_text(json.dumps(result))
+    summary = dict(scope="lines", hunks=6, considered=10, killed=8, equivalent=1, survived=0, gap=0, not_loadable=1)
+    summary.update(error=0, timeout=0, kill_rate=0.8889, tests_per_run=3.4, wall_seconds=99.6, cpu_seconds=180.2)
+    (tmp_path / "vllm-mutants").mkdir()
+    (tmp_path / "vllm-mutants" / "report.json").write_text(json.dumps({"summary": summary}))
+    doc = "<!-- generated: ci-envs -->\n<!-- /generated -->\n<!-- generated: mutation -->\n<!-- /generated -->\n"
+    text, missing = regenerate(doc, tmp_path)
+    assert missing == []
+    assert "| `cpu` | 50 s | 109 s | 160 s |" in text
+    assert "| lines | 6 | 10 | 8 | 1 | 0 | 0 | 1 | 0 | 88.9% | 3.4 | 100 s / 180 s |" in text
