@@ -46,9 +46,10 @@ from fixtures.inputs.steps import (
 )
 from fixtures.models.runtime import runtime_for
 from fixtures.models.stream_model import OnModelDevice, StreamModelRuntime
+from fixtures.models.writes import BufferWrites
 from fixtures.plugin.profiles import STATEFUL_STEPS, sized
 from fixtures.protocol import HOST_PATH, decode_threshold_for
-from oracles.step import expected_path, expected_state
+from oracles.step import ReqIdExtent, expected_path, expected_state
 
 M = 6  # max_num_batched_tokens of a machine: small grids, n == M reachable
 SPEC = decode_threshold_for(True)  # the decode threshold of a speculative config
@@ -128,7 +129,7 @@ class BuilderMachine(RuleBasedStateMachine):
         self.steps += 1
         self.before_step()
         expected_route = expected_path(batch, speculative=self.speculative, pin_memory=self.pin_memory)
-        observed = run_step(self.builder, batch, self.config)
+        observed = self.run(batch)
         path = observed.result.path
         note(f"step {self.steps}: {batch!r} took the {path} path; Triton launches {dict(observed.launches)}")
         assert path == expected_route, (
@@ -138,6 +139,9 @@ class BuilderMachine(RuleBasedStateMachine):
         check_seqlen_launches(self.subject, observed, batch, f"step {self.steps}")
         self.expected = expected_state(batch, expected_route, self.topk, self.m)
         self.after_step(batch)
+
+    def run(self, batch):
+        return run_step(self.builder, batch, self.config)
 
     def before_step(self) -> None:
         pass
@@ -234,6 +238,29 @@ class BuilderMachine(RuleBasedStateMachine):
 
 
 class EagerBuilderMachine(BuilderMachine):
+    """Also checks the work a step does, not only what it leaves: the writes into
+    ``req_id_per_token`` (:mod:`fixtures.models.writes`) follow :class:`oracles.step.ReqIdExtent`,
+    so a pure-decode step that does not grow the batch uploads nothing there."""
+
+    @initialize(topk=st.sampled_from(STEP_TOPKS), config=st.sampled_from(CONFIG_KINDS))
+    def configure(self, topk, config):
+        super().configure(topk, config)
+        self.extent = ReqIdExtent()
+
+    def run(self, batch):
+        watched = {"req_id_per_token": self.builder.buffers()["req_id_per_token"]}
+        with BufferWrites(watched) as writes:
+            observed = super().run(batch)
+        n = batch.num_actual_tokens
+        if not self.extent.step(n, observed.result.path):
+            found = writes.into("req_id_per_token", 0, n)
+            assert not found, (
+                f"step {self.steps}: req_id_per_token[:{n}] was written ({found}) on a host-path step whose "
+                f"{n} tokens do not exceed the extent already holding 0..{self.extent.extent - 1}: the change "
+                "rewrites it only when the decode batch grows past that extent"
+            )
+        return observed
+
     @precondition(lambda self: self.steps > 0)
     @invariant()
     def persistent_buffers_match_model(self):
