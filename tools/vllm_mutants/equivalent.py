@@ -77,6 +77,22 @@ EQUIVALENT: dict[str, str] = {
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L642:const_0_1:1": "only paged_kv_indices past the new extent changes, and nothing reads it: the attention reads the ranges paged_kv_indptr defines, and forward_mqa's remap rewrites that live range after build() (the file's own comment)",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L644:swap_statements:1": "two attribute stores of different extents; neither reads what the other binds",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L645:swap_statements:1": "self._prev_indices_extent stored after the path's work instead of before; that work does not read it",
+    # ----- the change's own lines (--base ../shared/vllm-pr-base), beyond those above
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L509:swap_statements:1": "the paged_kv_indptr allocation and pin = is_pin_memory_available(); neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L517:swap_statements:1": "_host_decode_indptr (a bool of the config and pin) and the _host_indptr allocation; neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L518:swap_statements:1": "the _host_indptr allocation and the upload event's creation; neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L523:swap_statements:1": "the upload event's creation and _decode_req_id_extent = 0; neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L523:force_condition:1": "an event is made without pinned memory too; build() uses it only on the host path, which needs _host_decode_indptr, false without pinned memory",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L622:swap_statements:1": "pure_decode and new_req_extent = num_tokens; neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L623:drop_clause:3": "num_prefills == 0 follows from max_query_len == 1: split_decodes_and_prefills counts every request as a decode when max_query_len <= the threshold, an int >= 1",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L623:drop_clause:4": "num_decode_tokens == num_tokens follows from max_query_len == 1: when every request is a decode, split_decodes_and_prefills returns num_actual_tokens (pad tokens included) as the decode tokens",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L635:flip_compare:1": "with equal extents the fill_ covers the empty slice [n:n], and min(extent, n) keeps the extent, which is never above the previous step's n",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L635:force_condition:1": "when the batch did not shrink the fill_ covers an empty slice and min(extent, n) keeps the extent, which is never above the previous step's n <= n",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L636:swap_statements:1": "the shrink tail's zero fill and the extent's min(); neither reads what the other writes",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L650:swap_statements:1": "the req_id copy and the extent's update; neither reads what the other writes",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:swap_statements:1": "an assert that always holds on the host path (pure_decode implies the event and the upper bound exist) and the event's synchronize, in either order",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:drop_clause:1": "a clause of an assert that always holds on the host path: pure_decode implies _host_decode_indptr, so pinned memory, so the event",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:drop_clause:2": "a clause of an assert that always holds on the host path: pure_decode implies seq_lens_upper is not None",
 }
 
 
