@@ -14,7 +14,7 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   rate, examples to the first kill, kills by generated and pinned examples,
   wall and CPU seconds);
 * ``ci-envs``: each tox env's wall time, install and commands apart, from the
-  ``--result-json`` of ``tox run-parallel`` (``.ci/run`` writes ``tox-result.json``);
+  ``--result-json`` files of tox (``.ci/run`` writes ``tox-result-*.json``);
 * ``cost``: per pytest run, where its CPU time went (``cost-*.json`` of
   :mod:`tools.cost_plugin`, xdist workers added up): imports before pytest
   configured, the subject's imports in configure (vLLM), collection, the tests
@@ -83,10 +83,12 @@ def kill_matrix_rows(reports: Path) -> list[str] | None:
 
 
 def ci_env_rows(reports: Path) -> list[str] | None:
-    path = reports / "tox-result.json"
-    if not path.exists():
+    paths = sorted(reports.glob("tox-result*.json"))
+    if not paths:
         return None
-    envs = json.loads(path.read_text()).get("testenvs", {})
+    envs = {}
+    for path in paths:
+        envs.update(json.loads(path.read_text()).get("testenvs", {}))
     rows = ["| tox env | install | commands | wall |", "| --- | --- | --- | --- |"]
     for name, env in sorted(envs.items()):
         setup = sum(r.get("elapsed", 0.0) for r in env.get("setup", []))

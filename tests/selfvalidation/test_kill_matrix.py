@@ -1,13 +1,13 @@
 """The kill matrix: every broken subject in the catalogue is caught, the unbroken one is not.
 
 ``test_catalogue_killed_and_reference_clean`` runs the matrix (every mutant
-in ``fixtures.subjects.mutants.MUTANTS`` x the verification properties of its
-group, ``--scoped``: a NoPE mutant meets ``tests/nope``, a builder mutant the
-builder properties; the reference meets every property) under the ``mutants``
-hypothesis profile: derandomised, 100
-generated examples per property and no pinned ``@example``, so the fuzzers
-themselves must find each bug; a change that weakens a strategy or a property
-fails here.  Its tables go to ``reports/kill_matrix_selftest/`` for CI
+in ``fixtures.subjects.mutants.MUTANTS`` against the verification properties of
+its group, ``--scoped``: a NoPE mutant meets ``tests/nope``, a builder mutant the
+builder properties, each until the first that fails, ``--first-kill``; the
+reference meets every property) under the ``mutants`` hypothesis profile:
+derandomised, 100 generated examples per property and no pinned ``@example``,
+so the fuzzers themselves must find each bug; a change that weakens a strategy
+or a property fails here.  Every killing cell of the matrix: ``tox -e mutants``.  Its tables go to ``reports/kill_matrix_selftest/`` for CI
 artifacts.  The other tests check that the runner reports a survivor and a
 failing control, and how it sizes counterexamples.
 """
@@ -40,7 +40,7 @@ def run_matrix(out, *args, env=None):
 
 def test_catalogue_killed_and_reference_clean(tmp_path):
     out = tmp_path / "kill_matrix"  # tox -e mutants writes the published tables into reports/
-    proc, matrix = run_matrix(out, "--profile=mutants", "--scoped")
+    proc, matrix = run_matrix(out, "--profile=mutants", "--scoped", "--first-kill")
     text = proc.stdout + proc.stderr
     assert matrix is not None, text[-3000:]
     published = ROOT / "reports" / "kill_matrix_selftest"  # the run's artifact (tools/measurements.py reads it)
