@@ -49,6 +49,13 @@ def parser() -> argparse.ArgumentParser:
         "--profile", default="mutants", help="hypothesis profile (default mutants), always without shrinking"
     )
     ap.add_argument("--launcher", choices=("auto", "fork", "fresh"), default="auto", help="how runs start")
+    ap.add_argument(
+        "--baseline",
+        choices=("release", "none"),
+        default="release",
+        help="the runs' --baseline: release (as the verification against an overlay: every step also through the "
+        "installed release, compared bit for bit) or none (the suite's own oracles alone)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "vllm-mutants", help="report folder")
     ap.add_argument("--list", action="store_true", help="list the mutants (per function, per operator) and stop")
     ap.add_argument("--diffs", action="store_true", help="with --list: print each mutant's diff")
@@ -141,6 +148,7 @@ def main(argv=None) -> int:
         jobs=args.jobs,
         timeout=args.timeout,
         mode=args.launcher,
+        extra=("--subject=vllm", f"--baseline={args.baseline}"),
         all_tests=args.all_tests,
         keep_trees=args.keep_trees,
         reach_from=reach_files(args.reach_from) if args.reach_from else None,
@@ -162,6 +170,7 @@ def main(argv=None) -> int:
         jobs=args.jobs,
         base=args.base,
         shard=(args.shard_id, args.num_shards) if args.num_shards > 1 else None,
+        baseline=args.baseline,
     )
     return _write(report, out)
 

@@ -93,6 +93,17 @@ EQUIVALENT: dict[str, str] = {
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:swap_statements:1": "an assert that always holds on the host path (pure_decode implies the event and the upper bound exist) and the event's synchronize, in either order",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:drop_clause:1": "a clause of an assert that always holds on the host path: pure_decode implies _host_decode_indptr, so pinned memory, so the event",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L656:drop_clause:2": "a clause of an assert that always holds on the host path: pure_decode implies seq_lens_upper is not None",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L657:swap_statements:1": "the numpy view of the pinned buffer taken before the event's synchronize instead of after: a view reads and writes nothing; the writes still come after the wait",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L660:shift_index:1": "seq_lens_cpu_upper_bound is optimistic_seq_lens_cpu[:num_reqs_padded] (gpu_model_runner), and a pure-decode step has one token per request, so it holds num_tokens entries: [:n + 1] is [:n]",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L663:shift_index:2": "host_indptr[n:] = host_indptr[n] also writes element n with its own value",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L667:swap_statements:1": "_decode_req_id_extent = 0 and the host-side np.repeat; neither reads what the other binds",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L669:shift_index:2": "seg_lengths is 1-D: shape[-1] is shape[0]",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L671:swap_statements:1": "the req_id upload and query_lens = query_start_loc[1:] - query_start_loc[:-1]; neither reads what the other writes",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L687:shift_index:3": "torch resizes a cumsum out= view of the wrong length to the input's n entries (a deprecation warning, torch 2.13) and writes the same paged_kv_indptr[1:n + 1]",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L687:shift_index:4": "torch resizes a cumsum out= view of the wrong length to the input's n entries (a deprecation warning, torch 2.13) and writes the same paged_kv_indptr[1:n + 1]",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L687:const_0_1:3": "torch resizes a cumsum out= view of the wrong length to the input's n entries (a deprecation warning, torch 2.13) and writes the same paged_kv_indptr[1:n + 1]",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L689:shift_index:2": "paged_kv_indptr[n:].fill_(paged_kv_indptr[n]) also writes element n with its own value",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L689:const_0_1:1": "paged_kv_indptr[n + 0:].fill_(paged_kv_indptr[n]) also writes element n with its own value",
 }
 
 

@@ -55,8 +55,10 @@ def build_report(
     jobs: int = 2,
     base: Path | None = None,
     shard: tuple[int, int] | None = None,
+    baseline: str = "release",
 ) -> dict:
     meta = {
+        "baseline": baseline,
         "overlay": str(Path(overlay).resolve()),
         "base": str(Path(base).resolve()) if base else "the installed vllm",
         "scope": generation.scope,
@@ -176,7 +178,7 @@ def merge(reports: list[dict]) -> dict:
     if [k for (k, total), _ in shards] != list(range(n)) or any(total != n for (_, total), _ in shards):
         raise MergeError(f"shard reports must be shards 0..N-1 of one run, each once; got {[s for s, _ in shards]}")
     first = reports[0]
-    same = ("overlay", "base", "scope", "profile", "generated")
+    same = ("overlay", "base", "scope", "profile", "baseline", "generated")
     for r in reports[1:]:
         for key in same:
             if r["summary"][key] != first["summary"][key]:
@@ -244,7 +246,7 @@ def summary_lines(s: dict) -> list[str]:
         f"overlay {s['overlay']} against {s['base']}, scope {s['scope']}{shard}{merged}: {s['hunks']} hunks, "
         f"{s['changed_functions']} functions, {s['generated']} mutants ({s['duplicates_dropped']} duplicates "
         f"dropped; not generated: {s['not_generated']}); {s['considered']} considered, {s['ran']} run "
-        f"(profile {s['profile']}, {s['jobs']} at a time; {s['launcher']})",
+        f"(profile {s['profile']}, --baseline {s.get('baseline', 'release')}, {s['jobs']} at a time; {s['launcher']})",
         f"killed {s['killed']} ({s['killed_by_crash']} by a crash of the test process), survived {s['survived']}, "
         f"gaps {s['gap']}, equivalent {s['equivalent']}, not loadable {s['not_loadable']}, timeout {s['timeout']}, "
         f"error {s['error']}",
