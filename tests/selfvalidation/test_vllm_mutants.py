@@ -526,6 +526,16 @@ def test_reach_inside_the_mutated_functions_equals_reach_over_the_whole_session(
     assert set(scoped["seconds"]) == set(whole["seconds"]) and len(scoped["seconds"]) == 4
 
 
+def test_a_control_on_two_xdist_workers_reaches_what_one_process_reaches(pair, tmp_path, suite):
+    release, change = pair
+    chosen = [m for m in vm.generate(change, base=release, scope="lines").mutants if m.function == "tail"]
+    one = run_synthetic(chosen, change, tmp_path / "one", suite)
+    two = run_synthetic(chosen, change, tmp_path / "two", suite, control_workers=2)
+    assert two["control"]["status"] == "passed" and one["reach"] == two["reach"]
+    assert {k: v["status"] for k, v in one["results"].items()} == {k: v["status"] for k, v in two["results"].items()}
+    assert len(list((tmp_path / "two").glob("control-reach*.json"))) >= 2  # the workers' files
+
+
 def test_a_verification_session_serves_as_the_control(pair, tmp_path, suite):
     """CI's run against the overlay records reach; the mutants then run without a control run of their
     own, with the same verdicts as after one."""

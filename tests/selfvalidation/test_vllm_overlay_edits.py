@@ -4,7 +4,8 @@ Each edit of :mod:`fixtures.subjects.mutants.vllm_edits` is applied to a copy of
 overlay given with ``--vllm-overlay`` (in a temporary folder), and the
 edit's properties (stateful and gating, or the NoPE forward's for the top-k
 remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
-pinned ones), without shrinking: a property must fail.  Each run is a child of the fork server
+pinned ones), without shrinking, and without the release beside it
+(``--baseline none``): a property of the suite's own must fail.  Each run is a child of the fork server
 (``fixtures/plugin/forkserver.py``), which imported torch, triton and vLLM once
 for every edit this process runs.  Needs vLLM installed and ``--vllm-overlay``
 (``tox -e vllm`` passes both); otherwise not applicable.
@@ -45,7 +46,7 @@ def launcher(overlay, tmp_path_factory):
 def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, name):
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
     args = [*EDITS[name].paths, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "_hypothesis_pytestplugin"]
-    args += ["--subject=vllm", "-x", "-m", "verification", f"--vllm-overlay={edited}"]
+    args += ["--subject=vllm", "-x", "-m", "verification", f"--vllm-overlay={edited}", "--baseline=none"]
     log = tmp_path / "run.log"
     outcomes = []
     launcher.run([Run(name, args, launcher.env, log, 900, ROOT)], lambda run, outcome: outcomes.append(outcome))

@@ -44,6 +44,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-shards", type=int, default=1, metavar="N", help="split the mutants into N shards")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="join shard reports (report.json)")
     ap.add_argument("--jobs", type=int, default=2, help="pytest processes at a time (default 2)")
+    ap.add_argument(
+        "--control-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the control under pytest-xdist with N workers (default 1: one process, the least CPU)",
+    )
     ap.add_argument("--timeout", type=float, default=900, help="the most seconds one run may take (default 900)")
     ap.add_argument(
         "--profile", default="mutants", help="hypothesis profile (default mutants), always without shrinking"
@@ -152,6 +159,7 @@ def main(argv=None) -> int:
         all_tests=args.all_tests,
         keep_trees=args.keep_trees,
         reach_from=reach_files(args.reach_from) if args.reach_from else None,
+        control_workers=args.control_workers,
     )
     cpu = (run["control"] or {}).get("cpu_seconds") or 0.0
     cpu += sum(r.get("cpu_seconds") or 0.0 for r in run["results"].values())

@@ -230,6 +230,7 @@ def run_mutants(
     all_tests: bool = False,
     keep_trees: bool = False,
     reach_from=None,
+    control_workers: int = 1,
     cwd: Path = ROOT,
     env: dict | None = None,
 ) -> dict:
@@ -256,7 +257,9 @@ def run_mutants(
                 return run
             joined = reach_plugin.load(reach_from)
         else:
-            joined = control_run(launcher, paths, overlay, extra, files, mutants, out, env, timeout, cwd, run)
+            joined = control_run(
+                launcher, paths, overlay, extra, files, mutants, out, env, timeout, cwd, run, control_workers
+            )
             if joined is None:
                 return run
         run["reach"], run["seconds"] = joined["reach"], joined["seconds"]
@@ -311,28 +314,39 @@ def run_mutants(
     return run
 
 
-def control_run(launcher, paths, overlay, extra, files, mutants, out, env, timeout, cwd, run) -> dict | None:
+def control_run(launcher, paths, overlay, extra, files, mutants, out, env, timeout, cwd, run, workers=1):
     """The unmutated overlay through the verification with the reach plugin; its joined reach, or
-    None (``run["control"]`` says why) when it does not pass."""
+    None (``run["control"]`` says why) when it does not pass.  With ``workers > 1`` it runs under
+    pytest-xdist (each worker records its reach; passing is the exit status 0)."""
     record, reach_json = out / "runs" / "control.json", out / "control-reach.json"
-    for path in (record, reach_json):
+    for path in (record, *out.glob("control-reach*.json")):
         path.unlink(missing_ok=True)
     functions = sorted({f"{(overlay / m.relpath).resolve()}::{m.function}" for m in mutants})
     args = verification_args(paths, overlay, record, extra, reach=(files, reach_json, functions))
+    if workers > 1:
+        args[args.index("no:xdist") - 1 : args.index("no:xdist") + 1] = ["-p", "xdist.plugin", "-n", str(workers)]
     log = out / "logs" / "control.log"
-    print(f"  control run (the unmutated overlay; lines reached per test) by {launcher.mode} ...", flush=True)
+    how = f"{launcher.mode}, {workers} xdist workers" if workers > 1 else launcher.mode
+    print(f"  control run (the unmutated overlay; lines reached per test) by {how} ...", flush=True)
     control = {}
 
     def done(_run: Run, outcome: Outcome):
-        control.update(_verdict(outcome, record, log, timeout))
+        if workers > 1 and outcome.error is None and outcome.returncode == 0:
+            control.update(status="survived", seconds=outcome.seconds, cpu_seconds=outcome.cpu_seconds)
+        elif workers > 1 and outcome.error is None and outcome.returncode is not None:
+            control.update(status="error", detail=f"pytest exited {outcome.returncode}: {_log_tail(log)}")
+            control.update(seconds=outcome.seconds, cpu_seconds=outcome.cpu_seconds)
+        else:
+            control.update(_verdict(outcome, record, log, timeout))
 
     launcher.run([Run(CONTROL, args, env, log, timeout, cwd)], done)
     control["status"] = {"survived": "passed", "killed": "failed"}.get(control["status"], "error")
     print(f"  control: {control['status']} ({control['seconds']} s)", flush=True)
     run["control"] = control
-    if control["status"] != "passed" or not reach_json.exists():
+    found = sorted(out.glob("control-reach*.json"))
+    if control["status"] != "passed" or not found:
         return None
-    return reach_plugin.load([reach_json])
+    return reach_plugin.load(found)
 
 
 def taken_control(reach_from, profile: str, files) -> dict:
