@@ -88,6 +88,7 @@ def test_device_kernel_matches_oracle(subject, device, case):
         assert launches, "no Triton kernel was launched (is triton a placeholder?)"
 
 
+@pytest.mark.costly
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
 @given(case=cases(kinds=("pure_decode", "padded")))
 @with_examples([c for c in PINNED if c.kind in ("pure_decode", "padded")])

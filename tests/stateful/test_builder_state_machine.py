@@ -44,6 +44,7 @@ def statistics_for(item):
         yield
 
 
+@pytest.mark.costly
 @pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
 def test_builder_steps_match_model(subject, device, request):
     """Whole persistent buffers and the path taken match the model after every
@@ -53,6 +54,7 @@ def test_builder_steps_match_model(subject, device, request):
         run_state_machine_as_test(machine_for(EagerBuilderMachine, subject, device), settings=machine_settings())
 
 
+@pytest.mark.costly
 @pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
 def test_builder_steps_on_stream_model_stand_in_for_gpu_stream(subject, device, request):
     """The programs on the stream model, a stand-in for an adversarially slow

@@ -324,7 +324,14 @@ def control_run(launcher, paths, overlay, extra, files, mutants, out, env, timeo
     functions = sorted({f"{(overlay / m.relpath).resolve()}::{m.function}" for m in mutants})
     args = verification_args(paths, overlay, record, extra, reach=(files, reach_json, functions))
     if workers > 1:
-        args[args.index("no:xdist") - 1 : args.index("no:xdist") + 1] = ["-p", "xdist.plugin", "-n", str(workers)]
+        args[args.index("no:xdist") - 1 : args.index("no:xdist") + 1] = [
+            "-p",
+            "xdist.plugin",
+            "-n",
+            str(workers),
+            "--dist",
+            "loadgroup",
+        ]
     log = out / "logs" / "control.log"
     how = f"{launcher.mode}, {workers} xdist workers" if workers > 1 else launcher.mode
     print(f"  control run (the unmutated overlay; lines reached per test) by {how} ...", flush=True)
