@@ -414,3 +414,50 @@ def test_cli_rejects_missing_required_capability(run_suite_in):
     run = run_suite_in("--require=teleport", repo("tests/oracles"))
     assert run.ret == 4, run.out
     assert "unknown capabilities ['teleport']" in run.out
+
+
+def _overlay_of_the_release(tmp_path, edit):
+    """An overlay folder holding the installed release's backend file with ``edit`` applied.
+
+    vLLM is never imported in this process (pytester drops the modules a test imported, and torch's
+    operator libraries refuse to register twice): only its installed file is read."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM installed (tox -e vllm)")
+    from fixtures.subjects.vllm.backend import BACKEND, installed_backend_file
+
+    path = tmp_path / "overlay" / (BACKEND.replace(".", "/") + ".py")
+    path.parent.mkdir(parents=True)
+    path.write_text(edit(installed_backend_file().read_text()))
+    return path
+
+
+def _broken_overlay_run(run_suite_in, tmp_path):
+    overlay = tmp_path / "overlay"
+    return run_suite_in("--co", "--subject=vllm", f"--vllm-overlay={overlay}", repo("tests/differential"))
+
+
+def test_cli_rejects_an_overlay_with_a_syntax_error(run_suite_in, tmp_path):
+    def edit(text):
+        lines = text.splitlines()
+        lines[99] = "def ("  # line 100
+        return "\n".join(lines) + "\n"
+
+    path = _overlay_of_the_release(tmp_path, edit)
+    run = _broken_overlay_run(run_suite_in, tmp_path)
+    assert run.ret == 4, run.out
+    assert f"{path}:100: SyntaxError" in run.out, run.out[-3000:]
+    assert "INTERNALERROR" not in run.out
+
+
+def test_cli_rejects_an_overlay_whose_builder_class_was_renamed(run_suite_in, tmp_path):
+    from fixtures.subjects.vllm.backend import BUILDER
+
+    path = _overlay_of_the_release(tmp_path, lambda text: text.replace(f"class {BUILDER}(", f"class {BUILDER}V2("))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if f"class {BUILDER}V2(" in text)
+    run = _broken_overlay_run(run_suite_in, tmp_path)
+    assert run.ret == 4, run.out
+    assert f"{path} defines no {BUILDER!r}" in run.out, run.out[-3000:]
+    assert f"it defines '{BUILDER}V2' at {path}:{line}" in run.out
+    assert "INTERNALERROR" not in run.out
