@@ -1,0 +1,151 @@
+"""The change's performance contract: what a build step may launch, copy and wait for.
+
+Each function checks one clause of docs/performance.md against a step's
+:class:`fixtures.models.ledger.Ledger` and returns the problem in words, or
+``None`` when the clause holds.  The clauses:
+
+host path (a pure-decode step that takes it)
+    * no kernel launch, except the shrink-tail zeroing that the host and the
+      device path share (a ``fill_`` of the tail of ``req_id_per_token`` or
+      ``paged_kv_indices``, only on a step with fewer tokens than the one
+      before);
+    * exactly one host-to-device copy: into ``paged_kv_indptr``, from pinned
+      memory, non-blocking;
+    * one device-to-device copy into ``req_id_per_token`` on a step where the
+      decode batch grows past what the buffer already holds
+      (:class:`oracles.step.ReqIdExtent`), none otherwise, and no other
+      device-to-device copy;
+    * no device-to-host read and no stream synchronisation;
+    * at most one event wait, issued before the upload (the pinned buffer is
+      rewritten between the two);
+    * its device work does not grow with the batch: two host-path steps that
+      differ only in ``n`` issue the same operations.
+
+device path (every other step)
+    * every non-blocking host-to-device copy reads pinned memory;
+    * no device-to-host read outside vLLM's ``gpu_sync_allowed`` regions.
+
+The change's claim, checked as a floor on the saving per pure-decode step
+against the release's device path on the same batch: :data:`CLAIMED_SAVING`.
+
+A ledger here is anything with ``ops`` (entries with ``kind``, ``what``,
+``buffer``, ``pinned``, ``blocking``, ``sync_allowed``) and ``of(kind)``: the
+type lives in ``fixtures/models/ledger.py``, a layer above the oracles.
+"""
+
+from __future__ import annotations
+
+SHRINK_TAIL_BUFFERS = ("req_id_per_token", "paged_kv_indices")
+INDPTR = "paged_kv_indptr"
+REQ_ID = "req_id_per_token"
+
+# "each pure-decode step saves about 3 kernel launches (the seqlen kernel, the
+# device cumsum, the tail fill) and 1 host-to-device copy (the per-step upload
+# of req_id_per_token)"; a tail fill that is a device-to-device copy counts as
+# the launch it is.  The copy is checked item by item, not as a net count: the
+# host path's clauses above forbid any upload into req_id_per_token, and its
+# one upload (paged_kv_indptr) replaces it, so the net count of host-to-device
+# copies saved is 0 (docs/performance.md).
+CLAIMED_SAVING = {"launches": 3}
+
+
+def launches(ledger) -> list:
+    """Kernels: launches and device-to-device copies (a copy kernel)."""
+    return [op for op in ledger.ops if op.kind in ("launch", "d2d")]
+
+
+def host_launches(ledger, shrank: bool) -> str | None:
+    extra = [
+        op for op in ledger.of("launch") if not (shrank and op.what == "fill_" and op.buffer in SHRINK_TAIL_BUFFERS)
+    ]
+    if extra:
+        return f"the host path launched {len(extra)} kernel(s): {', '.join(map(str, extra))}"
+    zeroing = [op for op in ledger.of("launch") if op not in extra]
+    if len(zeroing) > len(SHRINK_TAIL_BUFFERS) or len({op.buffer for op in zeroing}) < len(zeroing):
+        return f"the shrink-tail zeroing launched more than one fill per buffer: {', '.join(map(str, zeroing))}"
+    return None
+
+
+def host_upload(ledger) -> str | None:
+    uploads = ledger.of("h2d")
+    if len(uploads) != 1:
+        return f"the host path made {len(uploads)} host-to-device copies; exactly one (of {INDPTR}) is allowed"
+    (up,) = uploads
+    if up.buffer != INDPTR:
+        return f"the host path's upload went into {up.target}, not {INDPTR}"
+    if not up.pinned:
+        return f"the upload of {INDPTR} reads pageable memory (a non-blocking copy from it blocks the host)"
+    if up.blocking:
+        return f"the upload of {INDPTR} is blocking"
+    return None
+
+
+def host_req_id_copy(ledger, may_copy: bool) -> str | None:
+    copies = ledger.of("d2d")
+    into_req_id = [op for op in copies if op.buffer == REQ_ID]
+    others = [op for op in copies if op.buffer != REQ_ID]
+    if others:
+        return f"the host path made device-to-device copies into other buffers: {', '.join(map(str, others))}"
+    if len(into_req_id) > (1 if may_copy else 0):
+        why = "the step grows the decode batch: one copy" if may_copy else "the batch did not grow past its extent"
+        return f"{len(into_req_id)} copies into {REQ_ID} ({why} is allowed)"
+    if may_copy and not into_req_id:
+        return f"the decode batch grew past its extent but {REQ_ID} was not copied"
+    return None
+
+
+def host_no_sync(ledger) -> str | None:
+    syncs = ledger.of("d2h") + ledger.of("stream_sync")
+    if syncs:
+        return f"the host path waited for the device: {', '.join(map(str, syncs))}"
+    return None
+
+
+def host_wait(ledger) -> str | None:
+    waits = ledger.of("event_wait")
+    if len(waits) > 1:
+        return f"the host path waited on {len(waits)} events; at most one wait is allowed"
+    uploads = [i for i, op in enumerate(ledger.ops) if op.kind == "h2d"]
+    if waits and uploads:
+        at = ledger.ops.index(waits[0])
+        if at > uploads[0]:
+            return "the host path waited on its event after the upload, not before rewriting the pinned buffer"
+    return None
+
+
+def same_work(small, large) -> str | None:
+    """Two host-path steps that differ only in ``n``: the same operations, kind by kind and in order."""
+    shape = [(op.kind, op.what, op.buffer, op.pinned, op.blocking) for op in small.ops]
+    other = [(op.kind, op.what, op.buffer, op.pinned, op.blocking) for op in large.ops]
+    if shape != other:
+        return "the host path's device work depends on n"
+    return None
+
+
+def device_uploads_pinned(ledger) -> str | None:
+    bad = [op for op in ledger.of("h2d") if not op.blocking and not op.pinned]
+    if bad:
+        return f"non-blocking copies from pageable memory (the driver makes them blocking): {', '.join(map(str, bad))}"
+    return None
+
+
+def device_no_unallowed_sync(ledger) -> str | None:
+    bad = [op for op in ledger.of("d2h") + ledger.of("stream_sync") if not op.sync_allowed]
+    if bad:
+        return f"device-to-host syncs outside gpu_sync_allowed: {', '.join(map(str, bad))}"
+    return None
+
+
+def saving(host, general) -> dict[str, int]:
+    """What the host-path step saves against ``general`` (a device path on the same batch)."""
+    counted = {
+        "launches": len(launches(general)) - len(launches(host)),
+        "h2d": len(general.of("h2d")) - len(host.of("h2d")),
+        "d2h": len(general.of("d2h")) - len(host.of("d2h")),
+    }
+    return counted
+
+
+def short_of_claim(saved: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Each claimed saving the step does not reach: kind -> (saved, claimed)."""
+    return {k: (saved[k], v) for k, v in CLAIMED_SAVING.items() if saved[k] < v}

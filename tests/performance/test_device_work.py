@@ -1,0 +1,221 @@
+"""The change's performance contract, clause by clause: what each build step launches, copies and waits for.
+
+Every test drives one fresh builder of the session's subject through a short
+program of steps on the stream model (a stand-in for a GPU stream on CPU,
+``fixtures/models/stream_model.py``) and checks one clause of
+``oracles.device_work`` (docs/performance.md) against each step's ledger: the
+device operations the subject issued in that step, in order.  A failure
+prints the clause, what it expects and the step's whole ledger.
+
+Programs: pure-decode steps that grow, keep and shrink the batch, with mixed
+and prefill-only steps between them (they take the device path and reset
+what ``req_id_per_token`` holds); the path of every step comes from the
+legality oracle.  On a GPU the same clauses are checked from
+``torch.profiler`` and ``torch.cuda.set_sync_debug_mode`` by
+``tools/gpu_check.sh``; these tests are the CPU model of them.
+"""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from fixtures.harness.baseline import WithBaseline
+from fixtures.harness.device_work import run_program
+from fixtures.inputs.batches import make_batch
+from fixtures.inputs.steps import STEP_TOPKS, mixed, prefill_only, pure_decode
+from fixtures.models.ledger import mismatch
+from fixtures.plugin.profiles import sized
+from fixtures.plugin.reporting import NOTE_PROPERTY
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, PERSISTENT_BUFFERS
+from oracles import device_work as contract
+from oracles.step import ReqIdExtent, expected_path
+
+M = 6
+LEDGER = sized("ledger")
+
+
+def steps_of(m: int = M):
+    """One step: mostly pure decodes (growing, keeping or shrinking), sometimes a device-path step."""
+    return st.one_of(pure_decode(m), pure_decode(m), pure_decode(m), mixed(m), prefill_only(m))
+
+
+programs = st.lists(steps_of(), min_size=1, max_size=5)
+topks = st.sampled_from(STEP_TOPKS)
+
+
+def alone(subject):
+    """The subject without the release beside it: the ledger is the subject's work only."""
+    return subject.unpaired if isinstance(subject, WithBaseline) else subject
+
+
+def run(subject, device, batches, topk, **kwargs):
+    steps = run_program(alone(subject), device, batches, m=M, topk=topk, **kwargs)
+    for s in steps:
+        want = expected_path(s.batch, speculative=False, pin_memory=kwargs.get("pin_memory", True))
+        assert s.result.path == want, f"step {s.index} took the {s.result.path} path; the legality oracle says {want}"
+        note(s.ledger.render())
+    return steps
+
+
+def host_steps(steps):
+    """Each host-path step with whether it shrank the batch and whether it may copy ``req_id_per_token``."""
+    extent, previous = ReqIdExtent(), 0
+    for s in steps:
+        n = s.batch.num_actual_tokens
+        may_copy = extent.step(n, s.result.path)
+        shrank, previous = n < previous, n
+        if s.result.path == "host":
+            yield s, shrank, may_copy
+
+
+def check(problem, ledger, clause, expected):
+    assert problem is None, mismatch(ledger, f"{clause}: {problem}", expected)
+
+
+HOST = (HOST_PATH, DEVICE_PATH, PERSISTENT_BUFFERS)
+host_clause = pytest.mark.needs(*HOST)
+
+
+def on_programs(*capabilities):
+    """A clause checked on every step of generated programs (``batches``, ``topk``)."""
+
+    def wrap(fn):
+        return pytest.mark.needs(*capabilities)(LEDGER(given(batches=programs, topk=topks)(fn)))
+
+    return wrap
+
+
+@on_programs(*HOST)
+def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk):
+    for s, shrank, _ in host_steps(run(subject, device, batches, topk)):
+        expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
+        check(contract.host_launches(s.ledger, shrank), s.ledger, "host path launches", expected)
+
+
+@on_programs(*HOST)
+def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk):
+    for s, _, _ in host_steps(run(subject, device, batches, topk)):
+        check(contract.host_upload(s.ledger), s.ledger, "host path upload", "one pinned non-blocking h2d")
+
+
+@on_programs(*HOST)
+def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk):
+    for s, _, may_copy in host_steps(run(subject, device, batches, topk)):
+        expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
+        check(contract.host_req_id_copy(s.ledger, may_copy), s.ledger, "host path req_id_per_token", expected)
+
+
+@on_programs(*HOST)
+def test_host_path_never_reads_the_device_back(subject, device, batches, topk):
+    for s, _, _ in host_steps(run(subject, device, batches, topk)):
+        check(contract.host_no_sync(s.ledger), s.ledger, "host path sync", "no d2h, no stream sync")
+
+
+@on_programs(*HOST)
+def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk):
+    for s, _, _ in host_steps(run(subject, device, batches, topk)):
+        check(contract.host_wait(s.ledger), s.ledger, "host path wait", "at most one event wait, before the upload")
+
+
+@host_clause
+@LEDGER
+@given(a=st.integers(1, M), b=st.integers(1, M), data=st.data(), topk=topks)
+def test_host_path_device_work_does_not_grow_with_n(subject, device, a, b, data, topk):
+    """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
+    of the n = a and the n = b program are the same operations."""
+    seqs = st.lists(st.integers(1, 4 * topk + 1), min_size=max(a, b), max_size=max(a, b))
+    values = data.draw(seqs)
+
+    def program(n):
+        batch = pure_decode_of(values[:n])
+        return run(subject, device, [batch, batch], topk)
+
+    small, large = program(a), program(b)
+    for one, other in zip(small, large, strict=True):
+        check(contract.same_work(one.ledger, other.ledger), other.ledger, "host path O(1) in n", one.ledger.render())
+
+
+def pure_decode_of(seq_lens):
+    return make_batch([1] * len(seq_lens), seq_lens)
+
+
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS)
+def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk):
+    """Where pinned memory exists (a machine without it can pin nothing, and a non-blocking copy
+    from pageable memory there is the only copy there is)."""
+    for s in run(subject, device, batches, topk):
+        if s.result.path == "device":
+            check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
+
+
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS)
+def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk):
+    for s in run(subject, device, batches, topk):
+        if s.result.path == "device":
+            check(contract.device_no_unallowed_sync(s.ledger), s.ledger, "device path sync", "no d2h outside")
+
+
+@host_clause
+@settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
+@given(seq_lens=st.lists(st.integers(1, 4096), min_size=1, max_size=M), topk=topks)
+def test_host_path_saves_the_claimed_launches_against_the_general_path(
+    subject, device, record_property, seq_lens, topk
+):
+    """The same pure-decode step twice (growth, then a steady step): the host path's ledger against
+    the general path's on the same batch: the release's device path where the run has the release
+    beside it (``--baseline release``), else the subject's own device path (no pinned memory).
+    Each distinct saving goes to the run summary under the test."""
+    batch = pure_decode_of(seq_lens)
+    host = run(subject, device, [batch, batch], topk)
+    if isinstance(subject, WithBaseline):
+        against = "the release's device path"
+        general = run_program(subject.baseline, device, [batch, batch], m=M, topk=topk)
+    else:
+        against = "its own device path (no pinned memory)"
+        general = run(subject, device, [batch, batch], topk, pin_memory=False)
+    for h, g in zip(host, general, strict=True):
+        saved = contract.saving(h.ledger, g.ledger)
+        label = "growing" if h.index == 0 else "steady"
+        record_property(
+            NOTE_PROPERTY,
+            f"saved per pure-decode step ({label}) against {against}: {saved['launches']} launches, "
+            f"{saved['h2d']} host-to-device copies, {saved['d2h']} syncs",
+        )
+        short = contract.short_of_claim(saved)
+        assert not short, mismatch(
+            h.ledger, f"{label} step saves less than claimed against {against}: {short}", g.ledger.render()
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.needs(HOST_PATH, PERSISTENT_BUFFERS)
+def test_host_path_on_the_gpu_launches_nothing_and_never_syncs(subject, device):
+    """Clauses 1, 2 and 4 on the real stream: a steady host-path step (the second of the same
+    batch) under ``torch.profiler``: no kernel, one host-to-device copy from pinned memory, no
+    device-to-host copy and no stream or device synchronisation."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from fixtures.harness.step import new_config
+
+    batch = pure_decode_of([5, 9, 2])
+    config = new_config(device, M, 4)
+    builder = alone(subject).make_builder(config)
+    builder.build(batch)  # the first step grows the batch (a req_id_per_token copy)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        assert builder.build(batch).path == "host"
+    torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    on_device = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
+    kernels = [n for n in on_device if not n.startswith(("Memcpy", "Memset"))]
+    uploads = [n for n in on_device if n.startswith("Memcpy HtoD")]
+    reads = [n for n in on_device if n.startswith("Memcpy DtoH")]
+    syncs = [
+        n
+        for n in names
+        if n in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize")
+    ]
+    assert not kernels, f"the host path launched kernels on the GPU: {kernels}"
+    assert len(uploads) == 1 and "Pinned" in uploads[0], f"host-to-device copies: {uploads}"
+    assert not reads and not syncs, f"the host path synchronised: {reads + syncs}"

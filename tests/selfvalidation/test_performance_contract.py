@@ -1,0 +1,98 @@
+"""Each clause of the performance contract catches the broken subject written for it, and only the
+clauses that broken subject breaks fail.
+
+The broken subjects (``fixtures/subjects/mutants/performance.py``) keep every
+value right; each adds one launch, copy, sync or wait the change exists to
+avoid.  Every property of ``tests/performance`` runs against each of them
+(in this process, at most 10 examples each) and the set of properties that
+fail must be exactly the set listed here: the clause the subject breaks, and
+any clause that follows from it (one more launch also shrinks the saving).
+The reference must fail none.
+"""
+
+import contextlib
+
+import pytest
+from hypothesis import Phase, settings
+
+from fixtures.subjects.mutants import MUTANTS
+from fixtures.subjects.mutants.performance import MUTANTS as PERFORMANCE
+from fixtures.subjects.reference import ReferenceSubject
+from tests.performance import test_device_work as clauses
+
+LAUNCHES = "test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing"
+UPLOAD = "test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking"
+REQ_ID = "test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows"
+SYNC = "test_host_path_never_reads_the_device_back"
+WAIT = "test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer"
+O1 = "test_host_path_device_work_does_not_grow_with_n"
+DEVICE_UPLOADS = "test_device_path_non_blocking_uploads_read_pinned_memory"
+DEVICE_SYNC = "test_device_path_syncs_only_inside_gpu_sync_allowed"
+SAVING = "test_host_path_saves_the_claimed_launches_against_the_general_path"
+CLAUSES = (LAUNCHES, UPLOAD, REQ_ID, SYNC, WAIT, O1, DEVICE_UPLOADS, DEVICE_SYNC, SAVING)
+
+EXPECTED = {
+    "tail_filled_on_device": {LAUNCHES, SAVING},
+    "indptr_uploaded_from_pageable_memory": {UPLOAD},
+    "indptr_uploaded_blocking": {UPLOAD},
+    "indptr_read_back": {SYNC},
+    "event_waited_twice": {WAIT},
+    "indptr_uploaded_per_token": {UPLOAD, O1},
+    "device_req_ids_from_pageable_memory": {DEVICE_UPLOADS},
+    "device_path_reads_indptr_back": {DEVICE_SYNC},
+    # the stateful group's, whose every upload of req_id_per_token is otherwise right
+    "req_id_rewritten_every_step": {REQ_ID},
+}
+
+
+class _Properties(list):
+    def __call__(self, key, value):
+        self.append((key, value))
+
+
+@contextlib.contextmanager
+def few_examples(tests, count: int = 10):
+    """``count`` examples, no database and no shrinking (only the verdict counts) for each test:
+    hypothesis fixes a test's settings when ``@given`` decorates it, so they are swapped on the
+    test for the duration."""
+    saved = [t._hypothesis_internal_use_settings for t in tests]
+    for test, old in zip(tests, saved, strict=True):
+        test._hypothesis_internal_use_settings = settings(
+            old, max_examples=count, database=None, phases=NO_SHRINK, report_multiple_bugs=False
+        )
+    try:
+        yield
+    finally:
+        for test, old in zip(tests, saved, strict=True):
+            test._hypothesis_internal_use_settings = old
+
+
+NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
+
+
+def failing_clauses(subject) -> set[str]:
+    tests = {name: getattr(clauses, name) for name in CLAUSES}
+    failed = set()
+    with few_examples(list(tests.values())):
+        for name, test in tests.items():
+            kwargs = {"record_property": _Properties()} if name == SAVING else {}
+            try:
+                test(subject=subject, device="cpu", **kwargs)
+            except AssertionError:
+                failed.add(name)
+    return failed
+
+
+def test_every_clause_has_a_broken_subject_and_the_catalogue_lists_each_once():
+    assert set(EXPECTED) >= set(PERFORMANCE), f"performance mutants not listed: {set(PERFORMANCE) - set(EXPECTED)}"
+    broken = set().union(*EXPECTED.values())
+    assert broken == set(CLAUSES), f"clauses without a broken subject: {set(CLAUSES) - broken}"
+
+
+def test_the_reference_keeps_every_clause():
+    assert failing_clauses(ReferenceSubject()) == set()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_broken_subject_fails_exactly_the_clauses_it_breaks(name):
+    assert failing_clauses(MUTANTS[name]()) == EXPECTED[name]
