@@ -142,7 +142,7 @@ def has_both_branches(c: ForwardCase) -> bool:
     return c.kv_cache_dtype != "fp8" and not c.qk_rope_head_dim
 
 
-def forward_calls(c: ForwardCase, subject, device) -> Iterator[Seen]:
+def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> Iterator[Seen]:
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
     Stops, after the finding's warning, when the branch taken is a known
@@ -160,7 +160,7 @@ def forward_calls(c: ForwardCase, subject, device) -> Iterator[Seen]:
         calls.append((twin, expected_path(c, twin, subject), twin.contiguous()))
         note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][1]}")
     for tensor, want, vals in calls:
-        run = run_forward(config, forward, tensor, inputs)
+        run = run_forward(config, forward, tensor, inputs, watch=watch)
         if run.result.path != want and pass_over_path_finding(subject, c, tensor, run.result.path, want):
             return
         yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe))
@@ -195,6 +195,19 @@ def test_zero_copy_hands_ql_nope_itself_downstream(c, subject, device):
         if seen.taken in ("zero_copy", "fp8"):
             written = (~is_sentinel(buf)).nonzero()
             assert not len(written), f"{seen.taken} path wrote q_concat_buffer, first at {tuple(written[0].tolist())}"
+
+
+@nope_property()
+@given(c=forward_cases())
+def test_zero_copy_writes_no_buffer_and_copies_no_query(c, subject, device):
+    """The performance contract's NoPE clause (docs/performance.md): on the zero-copy branch no
+    torch call writes ``q_concat_buffer`` (not even its own values back) and none copies
+    ``ql_nope`` into other memory; the stand-in attention's own reads are not the forward's."""
+    for seen in forward_calls(c, subject, device, watch=True):
+        if seen.taken == "zero_copy":
+            writes, copies = seen.run.buffer_writes.writes, seen.run.query_copies.copies
+            assert not writes, f"the zero-copy branch wrote q_concat_buffer: {writes}"
+            assert not copies, f"the zero-copy branch copied ql_nope: {copies}"
 
 
 @nope_property()
