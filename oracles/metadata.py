@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-INT32_MAX = np.iinfo(np.int32).max
+INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def _as_int64(values) -> np.ndarray:

@@ -18,10 +18,10 @@ from fixtures.inputs.strategies import BATCH_KINDS, Case, cases
 from fixtures.models.runtime import GuardedAllocator
 from fixtures.protocol import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
 from oracles import metadata as oracle
+from oracles.metadata import INT32_MAX
 from oracles.step import expected_path, expected_seqlens, expected_state
 
 CHANGE_SEQ_LENS = [1, 5, 63, 64, 65, 2047, 2048, 2049, 131072]
-INT32_MAX = 2**31 - 1
 SPEC = decode_threshold_for(True)  # a speculative config's decode threshold
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import ROOT
 from fixtures.subjects.vllm.overlay import OverlayError, install, overlay_files
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(path: Path, text: str) -> Path:

@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from fixtures import ROOT
 from fixtures.harness.findings import FORWARD_PATH_FINDINGS, match_forward_finding
 from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
 from fixtures.harness.step import count_triton_launches, new_config, run_step
@@ -37,8 +37,6 @@ from fixtures.subjects.vllm.subject import (
     has_nope_zero_copy,
 )
 from oracles.step import expected_seqlens
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
