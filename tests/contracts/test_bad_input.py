@@ -461,3 +461,14 @@ def test_cli_rejects_an_overlay_whose_builder_class_was_renamed(run_suite_in, tm
     assert f"{path} defines no {BUILDER!r}" in run.out, run.out[-3000:]
     assert f"it defines '{BUILDER}V2' at {path}:{line}" in run.out
     assert "INTERNALERROR" not in run.out
+
+
+def test_names_that_moved_to_the_protocol_still_import_with_a_deprecation_warning():
+    import fixtures.protocol as protocol
+    import fixtures.subjects as subjects
+
+    for name in ("StepResult", "ForwardResult"):
+        with pytest.warns(DeprecationWarning, match=f"fixtures.protocol.{name}"):
+            assert getattr(subjects, name) is getattr(protocol, name)
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        subjects.NoSuchName  # noqa: B018
