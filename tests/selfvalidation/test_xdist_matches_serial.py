@@ -12,7 +12,8 @@ from fixtures.plugin.fresh_run import repo
 
 SUBSET = [
     repo("tests/oracles"),
-    repo("tests/performance/test_device_work.py") + "::test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking",
+    repo("tests/performance/test_device_work.py")
+    + "::test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking",
 ]
 
 
