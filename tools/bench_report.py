@@ -120,6 +120,18 @@ def both(bench: dict | None) -> str:
     return f"{fmt_time(bench['stats']['min'])} / {fmt_time(bench['stats']['median'])}"
 
 
+OPS = ("launches", "h2d", "d2h")
+
+
+def ops_of(bench: dict | None) -> dict | None:
+    """The ledger counts of a steady step (``device_ops_per_step``; docs/performance.md), if recorded."""
+    return (bench or {}).get("extra_info", {}).get("device_ops_per_step")
+
+
+def show_ops(ops: dict | None) -> str:
+    return ", ".join(f"{k} {ops[k]}" for k in OPS) if ops else "—"
+
+
 def build_table(rows: list[dict]) -> list[str]:
     cells: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
     for b in rows:
@@ -127,8 +139,9 @@ def build_table(rows: list[dict]) -> list[str]:
         cells[(info["m"], info["n"])][info["path"]] = b
     lines = [
         f"| M | n | host path (min / median) | device path (min / median) | device / host ({STAT}) "
-        "| launches/step host | launches/step device |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| launches/step host | launches/step device | device ops/step host | device ops/step device "
+        "| saved by the host path |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for (m, n), paths in sorted(cells.items()):
         host, dev = paths.get("host"), paths.get("device")
@@ -136,7 +149,12 @@ def build_table(rows: list[dict]) -> list[str]:
         ratio = f"{d / h:.0f}x" if h and d else "—"
         lh = host["extra_info"]["triton_launches_per_step"] if host else "—"
         ld = dev["extra_info"]["triton_launches_per_step"] if dev else "—"
-        lines.append(f"| {m} | {n} | {both(host)} | {both(dev)} | {ratio} | {lh} | {ld} |")
+        oh, od = ops_of(host), ops_of(dev)
+        saved = ", ".join(f"{k} {od[k] - oh[k]}" for k in OPS) if oh and od else "—"
+        lines.append(
+            f"| {m} | {n} | {both(host)} | {both(dev)} | {ratio} | {lh} | {ld} | {show_ops(oh)} | {show_ops(od)} "
+            f"| {saved} |"
+        )
     return lines
 
 

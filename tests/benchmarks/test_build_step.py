@@ -27,14 +27,26 @@ import os
 
 import pytest
 
+from fixtures.harness.baseline import WithBaseline
+from fixtures.harness.device_work import run_program
 from fixtures.harness.step import count_triton_launches, new_config
 from fixtures.plugin.gating import NOT_APPLICABLE
 from fixtures.protocol import DEVICE_PATH, HOST_PATH
+from oracles import device_work as contract
 from tests.benchmarks.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
 from tests.benchmarks.timing import warmed_step
 
 CPU_DEVICE_PATH_MAX_N = int(os.environ.get("SPARSE_MLA_BENCH_CPU_DEVICE_MAX_N", "64"))
 PATH_CAPABILITY = {"host": HOST_PATH, "device": DEVICE_PATH}
+
+
+def device_ops_per_step(subject, device, batch, m: int, *, pin_memory: bool) -> dict[str, int]:
+    """The device operations of a steady step on ``batch`` (its second), from the stream model's
+    ledger (docs/performance.md): kernels (launches and device-to-device copies), host-to-device
+    copies, device-to-host reads."""
+    alone = subject.unpaired if isinstance(subject, WithBaseline) else subject
+    steady = run_program(alone, device, [batch, batch], m=m, topk=TOPK, pin_memory=pin_memory)[1].ledger
+    return {"launches": len(contract.launches(steady)), "h2d": len(steady.of("h2d")), "d2h": len(steady.of("d2h"))}
 
 
 @pytest.mark.parametrize("m", M_SWEEP)
@@ -61,6 +73,7 @@ def test_build_step(benchmark, bench_subject, device, path, n, m):
             taken = step.path()
         # Measure the path that was asked for, not another one.
         assert taken == path, f"asked for the {path} path, the subject took {taken}"
+        ops = device_ops_per_step(subject, device, batch, m, pin_memory=(path == "host"))
         benchmark.group = f"build step, M={m}"
         benchmark.extra_info.update(
             kind="build_step",
@@ -70,6 +83,7 @@ def test_build_step(benchmark, bench_subject, device, path, n, m):
             topk=TOPK,
             device=device.type,
             triton_launches_per_step=sum(launches.values()),
+            device_ops_per_step=ops,
             timing="synchronised GPU step" if device.type == "cuda" else "host-side only (CPU, Triton interpreter)",
             timed=step.timed,
             **subject_info(subject),

@@ -39,8 +39,26 @@ def test_bench_report_tables_and_plot(tmp_path):
         "machine_info": {"cpu": {"brand_raw": "test cpu"}, "python_version": "3"},
         "datetime": "now",
         "benchmarks": [
-            bench("build_step", host, path="host", n=8, m=8192, device="cpu", triton_launches_per_step=0),
-            bench("build_step", device, path="device", n=8, m=8192, device="cpu", triton_launches_per_step=1),
+            bench(
+                "build_step",
+                host,
+                path="host",
+                n=8,
+                m=8192,
+                device="cpu",
+                triton_launches_per_step=0,
+                device_ops_per_step={"launches": 0, "h2d": 1, "d2h": 0},
+            ),
+            bench(
+                "build_step",
+                device,
+                path="device",
+                n=8,
+                m=8192,
+                device="cpu",
+                triton_launches_per_step=1,
+                device_ops_per_step={"launches": 4, "h2d": 1, "d2h": 0},
+            ),
             bench("build_step", host, path="host", n=512, m=8192, device="cpu", triton_launches_per_step=0),
             bench("nope_query_standin", 1e-3, variant="copy", tokens=64, heads=16, bytes=2**20),
             bench("nope_query_standin", 1e-6, variant="zero_copy", tokens=64, heads=16, bytes=2**20),
@@ -51,8 +69,9 @@ def test_bench_report_tables_and_plot(tmp_path):
     assert bench_report.main([str(src), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report.md").read_text()
     ratio = f"{device / host:.0f}x"
-    assert f"| 8192 | 8 | 20 µs / 40 µs | 600 µs / 1.2 ms | {ratio} | 0 | 1 |" in text, text
-    assert "| 8192 | 512 | 20 µs / 40 µs | — | — | 0 | — |" in text, text
+    ops = "launches 0, h2d 1, d2h 0 | launches 4, h2d 1, d2h 0 | launches 4, h2d 0, d2h 0"
+    assert f"| 8192 | 8 | 20 µs / 40 µs | 600 µs / 1.2 ms | {ratio} | 0 | 1 | {ops} |" in text, text
+    assert "| 8192 | 512 | 20 µs / 40 µs | — | — | 0 | — | — | — | — |" in text, text
     assert "| 16 | 64 | 1 MiB | 1 ms / 2 ms | 1 µs / 2 µs | 999 µs |" in text, text
     assert "host-side cost only" in text
     if importlib.util.find_spec("matplotlib"):
