@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import example, given, note
 
-from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal
+from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal, compare_state
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.strategies import BATCH_KINDS, Case, cases
@@ -137,9 +137,7 @@ def test_step_metadata_matches_oracle(subject, device, case):
     lengths = buffer_lengths(m)
     assert {k: buffers[k].numel() for k in lengths} == lengths, "persistent buffer lengths"
     expected = expected_state(batch, path, topk, m)
-    for name in ("req_id_per_token", "paged_kv_indptr", "qo_indptr", "paged_kv_last_page_len"):
-        values, fixed = expected[name]
-        assert_fixed_equal(buffers[name], values, fixed, f"{name} buffer")
+    compare_state(buffers, expected, "after the step")
     req_ids, fixed = expected["req_id_per_token"]
     k = step_view_tokens(step.result, batch)
     assert_fixed_equal(step.result.req_id_per_token, req_ids[:k], fixed[:k], "step req_id_per_token")
