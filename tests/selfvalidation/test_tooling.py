@@ -182,8 +182,12 @@ def test_measurements_add_up_the_cost_of_a_run_and_its_workers(tmp_path):
 
 
 def test_measurements_fill_the_ci_envs_and_the_mutation_run(tmp_path):
-    result = {"testenvs": {"cpu": {"setup": [{"elapsed": 50.2}], "test": [{"elapsed": 100.4}, {"elapsed": 9.0}]}}}
-    (tmp_path / "tox-result.json").write_text(json.dumps(result))
+    # tox lists every env of tox.ini in each lane's file; only the envs that lane ran carry a result
+    ran = {"result": {"success": True}, "setup": [{"elapsed": 50.2}], "test": [{"elapsed": 100.4}, {"elapsed": 9.0}]}
+    cpu_lane = {"testenvs": {"cpu": ran, "vllm": {}, "bench": {}}}
+    vllm_lane = {"testenvs": {"cpu": {}, "vllm": {**ran, "setup": [{"elapsed": 60.0}]}, "bench": {}}}
+    (tmp_path / "tox-result-cpu.json").write_text(json.dumps(cpu_lane))
+    (tmp_path / "tox-result-vllm.json").write_text(json.dumps(vllm_lane))
     summary = dict(scope="lines", hunks=6, considered=10, killed=8, equivalent=1, survived=0, gap=0, not_loadable=1)
     summary.update(error=0, timeout=0, kill_rate=0.8889, tests_per_run=3.4, wall_seconds=99.6, cpu_seconds=180.2)
     (tmp_path / "vllm-mutants").mkdir()
@@ -192,4 +196,5 @@ def test_measurements_fill_the_ci_envs_and_the_mutation_run(tmp_path):
     text, missing = regenerate(doc, tmp_path)
     assert missing == []
     assert "| `cpu` | 50 s | 109 s | 160 s |" in text
+    assert "| `vllm` | 60 s | 109 s | 169 s |" in text and "`bench`" not in text
     assert "| lines | 6 | 10 | 8 | 1 | 0 | 0 | 1 | 0 | 88.9% | 3.4 | 100 s / 180 s |" in text
