@@ -182,3 +182,17 @@ def test_reference_subject_raises_no_alarm_on_back_to_back_host_steps():
 def test_broken_event_discipline_is_caught_on_back_to_back_host_steps(name):
     with pytest.raises(PendingReadViolation, match="issued at step 1"):
         run_program(MUTANTS[name]())
+
+
+def test_a_host_tensor_at_a_freed_device_address_is_still_host_memory():
+    """Regression: the model kept device storages by address only, so a host tensor that the
+    allocator placed where a freed device tensor had been was taken for device memory (found when
+    the ledger of a host-path step showed a device-to-host read of a host-only ``.numpy()``)."""
+    rt = StreamModelRuntime("cpu")
+    dev = torch.zeros(4096, dtype=torch.int32)
+    rt.adopt_device_buffers({"dev": dev})
+    address = dev.untyped_storage().data_ptr()
+    del dev
+    fresh = [torch.zeros(4096, dtype=torch.int32) for _ in range(8)]
+    assert all(t.untyped_storage().data_ptr() != address for t in fresh), "the device storage must be held"
+    assert all(rt._is_host(t) for t in fresh)
