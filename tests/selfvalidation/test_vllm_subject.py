@@ -6,8 +6,10 @@ it is not installed (``tox -e vllm`` installs it).  The rest need no vLLM.
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -48,6 +50,40 @@ def backend():
 
     module, _ = import_backend(detect_mode())
     return module
+
+
+def test_a_segfault_after_importing_vllm_ends_the_process_at_once(backend, tmp_path):
+    """vLLM's import installs tvm_ffi's SIGSEGV handler, which can deadlock in a crashed process
+    (a mutant that makes the interpreter read out of bounds then hangs to its time limit).  After
+    the backend's import a forked child that segfaults dies by SIGSEGV within seconds, with
+    faulthandler's Python traceback and without the foreign handler's native backtrace."""
+    log = tmp_path / "child.log"
+    pid = os.fork()
+    if pid == 0:  # the child: crash
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+            os.dup2(fd, 2)
+            import ctypes
+            import faulthandler
+
+            faulthandler.enable(file=2)
+            ctypes.string_at(0)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the crashed child still ran after 60 s: {log.read_text()[-2000:]}")
+    text = log.read_text()
+    assert os.waitstatus_to_exitcode(status) == -signal.SIGSEGV, text[-2000:]
+    assert "Fatal Python error: Segmentation fault" in text
+    assert "Segfault encountered" not in text, "a foreign SIGSEGV handler ran after faulthandler"
 
 
 class RecordingRuntime(EagerRuntime):
