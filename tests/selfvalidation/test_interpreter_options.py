@@ -78,3 +78,57 @@ def test_the_session_runs_without_the_discarded_checks_and_keeps_them_under_debu
         assert builder.options.sanitize_overflow is False
     finally:
         builder.options = saved
+
+
+@triton.jit
+def _clamped_plus_one(x, limit):
+    return tl.where(x + 1 < limit, x + 1, limit)
+
+
+@triton.jit
+def _seqlen_like(seq_ptr, out_ptr, n, LIMIT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(seq_ptr + offs, mask=mask, other=0)
+    tl.store(out_ptr + offs, _clamped_plus_one(x * 2 - 1, LIMIT), mask=mask)
+
+
+def _launch_both():
+    seq = torch.tensor([0, 5, 300, 70, 1000, 2**20, 3], dtype=torch.int32)
+    out = torch.zeros_like(seq)
+    _seqlen_like[(2,)](seq, out, seq.numel(), LIMIT=256, BLOCK=4)
+    info = torch.iinfo(torch.int32)
+    a = torch.tensor([info.max, info.min, 7, info.max - 1, -3], dtype=torch.int32)
+    b = torch.tensor([1, -1, 3, info.max, info.min], dtype=torch.int32)
+    wrapped = torch.zeros_like(a)
+    _wrapping_arithmetic[(1,)](a, b, wrapped, a.numel(), BLOCK=8)
+    return out, wrapped
+
+
+@pytest.mark.skipif(triton.knobs.runtime.interpret is not True, reason="needs the Triton interpreter (--device cpu)")
+def test_the_language_patched_once_computes_what_the_per_launch_patch_computes():
+    """``keep_language_patched`` (installed by this CPU session): two kernels, one calling a device
+    function, give the same bits as under the interpreter's own patch-and-restore per launch; the
+    patched language is the same objects from one launch to the next (no wrapper re-wrapped); and
+    released, the language is triton's own again."""
+    kept = interpreter._patch_lang
+    assert getattr(kept, "_kept", False), "pytest_configure did not install keep_language_patched"
+    kept.release()  # earlier launches of this session patched it
+    original_add = tl.core.tensor.__add__
+    first = _launch_both()
+    patched_add = tl.core.tensor.__add__
+    assert patched_add is not original_add, "the first launch did not patch the language"
+    second = _launch_both()
+    assert tl.core.tensor.__add__ is patched_add, "the language was patched again between launches"
+    kept.release()
+    try:
+        assert tl.core.tensor.__add__ is original_add, "released, the language is not triton's own"
+        interpreter._patch_lang = kept.stock
+        stock = _launch_both()
+        assert tl.core.tensor.__add__ is original_add, "triton's patch-and-restore left the language patched"
+    finally:
+        interpreter._patch_lang = kept
+    for got, want in zip(first + second, stock + stock, strict=True):
+        assert torch.equal(got, want), (got, want)
+    expected = torch.clamp(torch.tensor([0, 5, 300, 70, 1000, 2**20, 3]) * 2, max=256).to(torch.int32)
+    assert torch.equal(stock[0], expected), stock[0]
