@@ -11,6 +11,8 @@ import importlib.util
 import pytest
 import torch
 
+from fixtures.plugin.fresh_run import repo
+
 PROBE = """
 import pytest
 
@@ -95,3 +97,26 @@ def test_requested_but_missing_stops_the_run(run_probe):
         assert run.ret == 4, run.out[-2000:]
         for name in missing:
             assert f"  {name}: " in run.out, run.out[-2000:]
+
+
+# ----- a subject that declares its stand-ins -----------------------------------------
+class StoodInSubject:
+    """A subject that declares what it stands in for (as the vllm subject on CPU)."""
+
+    name = "stood-in"
+    capabilities = frozenset({"device_path"})
+
+    def make_builder(self, config):
+        raise AssertionError("not reached")
+
+    def gating_problems(self):
+        return ["no ROCm GPU", "AITER missing (no module 'aiter')"]
+
+
+def test_strict_gating_turns_stand_ins_into_an_error(run_suite_in):
+    spec = f"--subject={__name__}:StoodInSubject"
+    strict = run_suite_in(spec, repo("tests/differential"), "--strict-gating")
+    assert strict.ret == 4, strict.out
+    assert "--strict-gating: subject 'stood-in': no ROCm GPU; AITER missing" in strict.out
+    lenient = run_suite_in(spec, repo("tests/differential"), "--co")
+    assert lenient.ret == 0, lenient.out
