@@ -104,7 +104,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
     for pin_memory in (True, False):
         config = new_config(device, m, topk, pin_memory=pin_memory)
         builder = subject.make_builder(config)
-        step = run_step(builder, batch, config)
+        step = run_step(builder, batch, config, subject)
         path = expected_path(batch, speculative=False, pin_memory=pin_memory)
         assert step.result.path == path, f"pin_memory={pin_memory}: took {step.result.path} path, oracle says {path}"
         whole = builder.buffers()["paged_kv_indptr"]
@@ -130,7 +130,7 @@ def test_step_metadata_matches_oracle(subject, device, case):
     pin = HOST_PATH in subject.capabilities
     config = new_config(device, m, topk, speculative=case.speculative, pin_memory=pin)
     builder = subject.make_builder(config)
-    step = run_step(builder, batch, config)
+    step = run_step(builder, batch, config, subject)
     path = expected_path(batch, speculative=case.speculative, pin_memory=pin)
     assert step.result.path == path, f"took the {step.result.path} path; the oracle says {path}"
     buffers = builder.buffers()

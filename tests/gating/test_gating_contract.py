@@ -82,7 +82,7 @@ def check_gated_step(subject, device, config_kwargs, batch, topk, m):
     pin_memory = config_kwargs.get("pin_memory", True)
     config = new_config(device, m, topk, speculative=speculative, pin_memory=pin_memory)
     builder = subject.make_builder(config)
-    step = run_step(builder, batch, config)
+    step = run_step(builder, batch, config, subject)
     path = expected_path(batch, speculative=speculative, pin_memory=pin_memory)
     assert step.result.path == path, (
         f"{batch!r} with speculative={speculative}, pin_memory={pin_memory}: took the {step.result.path} path; "
@@ -143,7 +143,7 @@ def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
     assert np.any(host_formula != truth), "the overstated bound must change the host formula's result"
     config = new_config(device, M, TOPK, speculative=True)
     builder = subject.make_builder(config)
-    step = run_step(builder, batch, config)
+    step = run_step(builder, batch, config, subject)
     assert step.result.path == "device", "a speculative config took the host path"
     indptr = builder.buffers()["paged_kv_indptr"]
     assert_int32_equal(indptr, truth, "paged_kv_indptr (device path, real seq_lens)")

@@ -88,7 +88,7 @@ PINNED = [
 ]
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
-    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/harness/findings.py).
+    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
 
@@ -160,7 +160,7 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> It
         calls.append((twin, expected_path(c, twin, subject), twin.contiguous()))
         note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][1]}")
     for tensor, want, vals in calls:
-        run = run_forward(config, forward, tensor, inputs, watch=watch)
+        run = run_forward(config, forward, tensor, inputs, watch=watch, subject=subject)
         if run.result.path != want and pass_over_path_finding(subject, c, tensor, run.result.path, want):
             return
         yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe))
@@ -298,7 +298,7 @@ def release(subject):
 def test_output_equals_the_release_forward(c, subject, release, device):
     config, forward = new_forward(release, c, device)
     inputs = build_inputs(c, device)  # the same values as the subject's: drawn from the case's seed
-    released = run_forward(config, forward, inputs.ql_nope, inputs)
+    released = run_forward(config, forward, inputs.ql_nope, inputs, subject=release)
     for seen in forward_calls(c, subject, device):
         n = c.num_actual_tokens
         assert_bits_equal(seen.run.result.output[:n], released.result.output[:n], "output vs the vLLM release's")
@@ -311,7 +311,7 @@ def test_forward_kernel_runs_on_gpu(c, subject, device):
     """On a GPU the subject's own attention kernel runs (not the reference stand-in) and matches the reference."""
     config, forward = new_forward(subject, c, device)
     inputs = build_inputs(c, device)
-    run = run_forward(config, forward, inputs.ql_nope, inputs)
+    run = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject)
     if not run.call.used_kernel:
         pytest.skip(f"not applicable: subject {subject.name!r} passes no attention kernel of its own")
     check_output_close(c, inputs, run.result.output, oracle_query(c, inputs.ql_nope.contiguous(), inputs.q_pe))

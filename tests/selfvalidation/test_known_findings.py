@@ -1,8 +1,16 @@
 """A known finding excuses exactly the failure it documents, nothing else."""
 
+import types
+
 import pytest
 
-from fixtures.harness.findings import ALL_FINDINGS, FORWARD_FINDINGS, match_forward_finding
+from fixtures.harness.findings import match_builder_finding, match_forward_finding
+from fixtures.protocol import known_findings
+from fixtures.subjects.reference import ReferenceSubject
+from fixtures.subjects.vllm.findings import ALL_FINDINGS, FORWARD_FINDINGS, KNOWN_FINDINGS
+
+# A subject that hands the suite vLLM's findings, without importing vLLM.
+WITH_FINDINGS = types.SimpleNamespace(known_findings=lambda: KNOWN_FINDINGS)
 
 MESSAGE = "cannot reshape tensor of 0 elements into shape [0, -1]"
 
@@ -19,20 +27,41 @@ def raise_from(filename: str, exc: BaseException) -> BaseException:
 def test_matches_only_the_documented_source_message_and_inputs():
     source = "/site-packages/vllm/model_executor/layers/attention/mla_attention.py"
     exc = raise_from(source, RuntimeError(MESSAGE))
-    assert match_forward_finding(exc, kv_cache_dtype="fp8", num_tokens=0) is FORWARD_FINDINGS[0]
+    assert match_forward_finding(WITH_FINDINGS, exc, kv_cache_dtype="fp8", num_tokens=0) is FORWARD_FINDINGS[0]
     # Another batch size, another cache dtype, another file, another message, another type: no match.
-    assert match_forward_finding(exc, kv_cache_dtype="fp8", num_tokens=1) is None
-    assert match_forward_finding(exc, kv_cache_dtype="auto", num_tokens=0) is None
+    assert match_forward_finding(WITH_FINDINGS, exc, kv_cache_dtype="fp8", num_tokens=1) is None
+    assert match_forward_finding(WITH_FINDINGS, exc, kv_cache_dtype="auto", num_tokens=0) is None
     assert (
         match_forward_finding(
+            WITH_FINDINGS,
             raise_from("fixtures/subjects/reference_forward.py", RuntimeError(MESSAGE)),
             kv_cache_dtype="fp8",
             num_tokens=0,
         )
         is None
     )
-    assert match_forward_finding(raise_from(source, RuntimeError("other")), kv_cache_dtype="fp8", num_tokens=0) is None
-    assert match_forward_finding(raise_from(source, ValueError(MESSAGE)), kv_cache_dtype="fp8", num_tokens=0) is None
+    assert (
+        match_forward_finding(
+            WITH_FINDINGS, raise_from(source, RuntimeError("other")), kv_cache_dtype="fp8", num_tokens=0
+        )
+        is None
+    )
+    assert (
+        match_forward_finding(
+            WITH_FINDINGS, raise_from(source, ValueError(MESSAGE)), kv_cache_dtype="fp8", num_tokens=0
+        )
+        is None
+    )
+
+
+def test_a_subject_without_the_hook_has_no_findings():
+    """Only the subject's own findings excuse a failure: the reference (no ``known_findings()``)
+    and no subject at all get none, even on vLLM's documented failure."""
+    exc = raise_from("/site-packages/vllm/model_executor/layers/attention/mla_attention.py", RuntimeError(MESSAGE))
+    for subject in (ReferenceSubject(), None):
+        assert known_findings(subject).all() == ()
+        assert match_forward_finding(subject, exc, kv_cache_dtype="fp8", num_tokens=0) is None
+        assert match_builder_finding(subject, exc, batch=None) is None
 
 
 @pytest.mark.parametrize("finding", ALL_FINDINGS, ids=lambda f: f.key)

@@ -123,3 +123,46 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
         "oracles.step (layer oracles) imports fixtures.protocol (layer fixtures.protocol)",
         "import cycle: fixtures.models.a -> fixtures.models.b -> fixtures.models.a",
     ]
+
+
+# ----- the plugin and the harness know no subject by name --------------------------
+SUBJECT_BLIND = ("fixtures.plugin", "fixtures.harness")
+
+
+def subject_package_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a specific subject package (anything under ``fixtures.subjects.``; the
+    registry ``fixtures.subjects`` itself is allowed) by a module of the plugin or the
+    harness: they reach a subject only through the protocol's hooks (docs/subject-protocol.md)."""
+    return [
+        f"{module} imports {target}, a specific subject package"
+        for module, imports in sorted(graph.items())
+        if any(module == top or module.startswith(top + ".") for top in SUBJECT_BLIND)
+        for target in sorted(imports)
+        if target.startswith("fixtures.subjects.")
+    ]
+
+
+def test_plugin_and_harness_import_no_subject_package():
+    assert subject_package_imports(import_graph(ROOT)) == []
+
+
+def test_the_check_catches_a_subject_package_import(tmp_path):
+    files = {
+        "oracles/__init__.py": "",
+        "fixtures/__init__.py": "",
+        "fixtures/subjects/__init__.py": "KNOWN = {'vllm': 'fixtures.subjects.vllm.subject:VllmSubject'}\n",
+        "fixtures/subjects/vllm/__init__.py": "",
+        "fixtures/subjects/vllm/overlay.py": "",
+        "fixtures/subjects/vllm/findings.py": "",
+        "fixtures/plugin/hooks.py": "from fixtures.subjects import KNOWN\nfrom fixtures.subjects.vllm import overlay\n",
+        "fixtures/harness/findings.py": "def f():\n    import fixtures.subjects.vllm.findings\n",
+        "tools/report.py": "from fixtures.subjects.vllm import overlay\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert subject_package_imports(import_graph(tmp_path)) == [
+        "fixtures.harness.findings imports fixtures.subjects.vllm.findings, a specific subject package",
+        "fixtures.plugin.hooks imports fixtures.subjects.vllm, a specific subject package",
+        "fixtures.plugin.hooks imports fixtures.subjects.vllm.overlay, a specific subject package",
+    ]

@@ -1,4 +1,4 @@
-"""The one AITER probe (``fixtures.plugin.stack.probe_aiter``): never fooled by a module named ``aiter``.
+"""The one AITER probe (``fixtures.subjects.vllm.aiter.probe_aiter``): never fooled by a module named ``aiter``.
 
 AMD's AITER counts as present only when every function the backend uses is
 found; the suite's own CPU stand-in and a spec-less module in

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fixtures import ROOT
-from fixtures.harness.findings import FORWARD_PATH_FINDINGS, match_forward_finding
+from fixtures.harness.findings import match_forward_finding
 from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
@@ -498,7 +498,10 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
     assert any(entry.name == "forward" and "mla_attention.py" in str(entry.path) for entry in info.traceback)
     # The known-finding entry that lets the property pass over exactly this case matches it.
-    assert match_forward_finding(info.value, kv_cache_dtype="fp8", num_tokens=0).key == "vllm-0.33-fp8-empty-batch"
+    assert (
+        match_forward_finding(vllm_subject, info.value, kv_cache_dtype="fp8", num_tokens=0).key
+        == "vllm-0.33-fp8-empty-batch"
+    )
 
 
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
@@ -544,10 +547,10 @@ def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
     """Finding nope-zero-copy-ignores-dtype, pinned: the post-change forward_mqa hands a
     contiguous fp32 ql_nope itself to the attention of a bf16 model (the copy path
     would have converted it).  When this fails, vLLM has fixed it: drop the finding
-    (fixtures/harness/findings.py), this test and its entry in docs/findings.md."""
+    (fixtures/subjects/vllm/findings.py), this test and its entry in docs/findings.md."""
     if NOPE_ZERO_COPY not in vllm_subject.capabilities:
         pytest.skip(f"not applicable: {vllm_subject.capability_notes[NOPE_ZERO_COPY]}")
-    finding = next(f for f in FORWARD_PATH_FINDINGS if f.key == "nope-zero-copy-ignores-dtype")
+    finding = next(f for f in vllm_subject.known_findings().path if f.key == "nope-zero-copy-ignores-dtype")
     c = forward_case(m=4, t=3, heads=2, lora=4, ql_dtype=torch.float32)
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
@@ -567,7 +570,7 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     on the device path of a CUDA-graph padded batch (speculative config: uniform
     4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
     release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
-    drop the finding (fixtures/harness/findings.py), this test and its entry in docs/findings.md."""
+    drop the finding (fixtures/subjects/vllm/findings.py), this test and its entry in docs/findings.md."""
     from fixtures.harness.findings import match_builder_finding
 
     if importlib.util.find_spec("vllm") is None:
@@ -579,7 +582,7 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     config = new_config(device, 12, 5, speculative=True)
     with pytest.raises(RuntimeError, match=r"The size of tensor a \(8\) must match the size of tensor b \(4\)") as info:
         subject.make_builder(config).build(batch)
-    assert match_builder_finding(info.value, batch=batch).key == "padded-device-path-req-id-size-mismatch"
+    assert match_builder_finding(subject, info.value, batch=batch).key == "padded-device-path-req-id-size-mismatch"
     release = VllmSubject(release=True)
     released = release.make_builder(new_config(device, 12, 5, speculative=True))
     released.build(batch)

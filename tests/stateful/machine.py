@@ -141,7 +141,7 @@ class BuilderMachine(RuleBasedStateMachine):
         self.after_step(batch)
 
     def run(self, batch):
-        return run_step(self.builder, batch, self.config)
+        return run_step(self.builder, batch, self.config, self.subject)
 
     def before_step(self) -> None:
         pass
