@@ -2,7 +2,8 @@
 
 Bottom to top: ``oracles`` (what is right), ``fixtures.protocol`` (what a
 subject is), ``fixtures.inputs``, ``fixtures.models`` (stand-ins for a GPU),
-``fixtures.subjects``, ``fixtures.harness``, ``fixtures.plugin``, ``tools``.
+``fixtures.subjects``, ``fixtures.bench`` (what the benchmarks share),
+``fixtures.harness``, ``fixtures.plugin``, ``tools``.
 A module may import its own layer and those below; imports under ``if
 TYPE_CHECKING:`` (annotations only) are not counted.
 """
@@ -21,6 +22,7 @@ LAYERS = (
     "fixtures.inputs",
     "fixtures.models",
     "fixtures.subjects",
+    "fixtures.bench",
     "fixtures.harness",
     "fixtures.plugin",
     "tools",
