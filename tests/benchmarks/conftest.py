@@ -5,14 +5,14 @@ import os
 import pytest
 import torch
 
+from fixtures.bench.subjects import bench_subjects
 from fixtures.plugin.run_state import run_state
-from tests.benchmarks.subjects import bench_subjects
 
 
 def pytest_generate_tests(metafunc):
     """``bench_subject``: the run's subject, and the baseline (reference) when that differs.
 
-    See :mod:`tests.benchmarks.subjects`; ``SPARSE_MLA_BENCH_BASELINE=none`` drops the baseline.
+    See :mod:`fixtures.bench.subjects`; ``SPARSE_MLA_BENCH_BASELINE=none`` drops the baseline.
     """
     if "bench_subject" in metafunc.fixturenames:
         subjects = bench_subjects(run_state(metafunc.config)["subject"])

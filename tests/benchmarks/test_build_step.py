@@ -10,7 +10,7 @@ path.  ``M = max_num_batched_tokens``; the host path uploads its whole
 ``M + 1`` staging buffer every step, so its cost grows with ``M``.
 
 Subjects: the run's ``--subject`` and, when that is another one, the reference
-as a baseline in the same session (:mod:`tests.benchmarks.subjects`), so
+as a baseline in the same session (:mod:`fixtures.bench.subjects`), so
 ``--subject vllm --vllm-overlay DIR`` measures the post-change vLLM builder
 next to the reference.  For the ``vllm`` subject the timed call is vLLM's own
 ``build()`` (its inputs made once, untimed); for the others ``builder.build``.
@@ -27,14 +27,14 @@ import os
 
 import pytest
 
+from fixtures.bench.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
+from fixtures.bench.timing import warmed_step
 from fixtures.harness.baseline import WithBaseline
 from fixtures.harness.device_work import run_program
 from fixtures.harness.step import count_triton_launches, new_config
 from fixtures.plugin.gating import NOT_APPLICABLE
 from fixtures.protocol import DEVICE_PATH, HOST_PATH
 from oracles import device_work as contract
-from tests.benchmarks.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
-from tests.benchmarks.timing import warmed_step
 
 CPU_DEVICE_PATH_MAX_N = int(os.environ.get("SPARSE_MLA_BENCH_CPU_DEVICE_MAX_N", "64"))
 PATH_CAPABILITY = {"host": HOST_PATH, "device": DEVICE_PATH}

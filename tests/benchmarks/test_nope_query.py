@@ -14,8 +14,8 @@ next to the stand-in, with ``kind="nope_forward"`` in its ``extra_info``.
 import pytest
 import torch
 
+from fixtures.bench.timing import warmed_step
 from fixtures.plugin.gating import NOT_APPLICABLE
-from tests.benchmarks.timing import warmed_step
 
 T_SWEEP = (1, 64, 512, 4096)
 H_SWEEP = (16, 128)

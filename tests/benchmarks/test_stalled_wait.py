@@ -20,7 +20,7 @@ round (``benchmark.pedantic``, one step per round; :class:`StallRounds`):
    returned (``stall_pending_after_build`` rounds of ``rounds``).
 
 Separately from ``build()``'s time, the time spent inside the builder's event
-wait is taken in every round (:mod:`tests.benchmarks.stall`: vLLM's
+wait is taken in every round (:mod:`fixtures.bench.stall`: vLLM's
 ``builder.inner._host_upload_done.synchronize``; for the reference, the
 ``synchronize`` of each event from ``config.runtime.event()``) and recorded in
 ``extra_info`` (``wait_min_s`` / ``wait_median_s`` / ``wait_max_s`` over
@@ -44,10 +44,7 @@ import os
 import pytest
 import torch
 
-from fixtures.harness.step import new_config
-from fixtures.plugin.gating import NOT_APPLICABLE
-from fixtures.protocol import HOST_PATH
-from tests.benchmarks.stall import (
+from fixtures.bench.stall import (
     STALL_POSITIONS,
     StallRounds,
     WaitTimer,
@@ -57,8 +54,11 @@ from tests.benchmarks.stall import (
     measure_sleep,
     sleep_cycles_per_second,
 )
-from tests.benchmarks.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
-from tests.benchmarks.timing import warmed_step
+from fixtures.bench.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
+from fixtures.bench.timing import warmed_step
+from fixtures.harness.step import new_config
+from fixtures.plugin.gating import NOT_APPLICABLE
+from fixtures.protocol import HOST_PATH
 
 STALL_US = float(os.environ.get("SPARSE_MLA_BENCH_STALL_US", "1000"))
 ROUNDS = int(os.environ.get("SPARSE_MLA_BENCH_STALL_ROUNDS", "50"))

@@ -12,13 +12,7 @@ import sys
 
 import pytest
 
-from fixtures.harness.step import new_config
-from fixtures.models.runtime import Event
-from fixtures.plugin.gating import NOT_APPLICABLE
-from fixtures.plugin.run_state import run_state
-from fixtures.protocol import HOST_PATH
-from fixtures.subjects.vllm import overlay as vllm_overlay
-from tests.benchmarks.stall import (
+from fixtures.bench.stall import (
     StallRounds,
     TimedEventProxy,
     WaitTimer,
@@ -26,7 +20,7 @@ from tests.benchmarks.stall import (
     instrument_event_wait,
     timed_event,
 )
-from tests.benchmarks.subjects import (
+from fixtures.bench.subjects import (
     BASELINE_ENV,
     TOPK,
     baseline_spec,
@@ -36,6 +30,12 @@ from tests.benchmarks.subjects import (
     subject_info,
     subject_label,
 )
+from fixtures.harness.step import new_config
+from fixtures.models.runtime import Event
+from fixtures.plugin.gating import NOT_APPLICABLE
+from fixtures.plugin.run_state import run_state
+from fixtures.protocol import HOST_PATH
+from fixtures.subjects.vllm import overlay as vllm_overlay
 
 
 class FakeClock:

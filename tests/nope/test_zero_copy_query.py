@@ -48,12 +48,12 @@ from fixtures.harness.compare import assert_bits_equal
 from fixtures.harness.forward import (
     ForwardRun,
     assert_handed_metadata,
-    is_sentinel,
     new_forward,
     pass_over_path_finding,
     run_forward,
 )
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
+from fixtures.models.runtime import is_sentinel
 from fixtures.models.tensors import same_place, storage_bytes
 from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY
 from oracles import nope as oracle

@@ -2,9 +2,13 @@
 
 Bottom to top: ``oracles`` (what is right), ``fixtures.protocol`` (what a
 subject is), ``fixtures.inputs``, ``fixtures.models`` (stand-ins for a GPU),
-``fixtures.subjects``, ``fixtures.harness``, ``fixtures.plugin``, ``tools``.
+``fixtures.subjects``, ``fixtures.bench`` (what the benchmarks share),
+``fixtures.harness``, ``fixtures.plugin``, ``tools``.
 A module may import its own layer and those below; imports under ``if
-TYPE_CHECKING:`` (annotations only) are not counted.
+TYPE_CHECKING:`` (annotations only) are not counted.  Above them all,
+``tests``: a test module or conftest imports the package (``oracles``,
+``fixtures``, ``tools``) and never another module under ``tests/`` (nor any
+other module of the checkout's root): what two tests share lives in the package.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ LAYERS = (
     "fixtures.inputs",
     "fixtures.models",
     "fixtures.subjects",
+    "fixtures.bench",
     "fixtures.harness",
     "fixtures.plugin",
     "tools",
@@ -99,10 +104,40 @@ def layering_problems(graph: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def imports_within_tests(root: Path) -> list[str]:
+    """Imports of a module under ``root/tests`` that name a module of the checkout other than the package:
+    another module under ``tests/`` (absolute or relative), the root conftest, any other top-level module."""
+    local = {p.stem for p in root.glob("*.py")} | {p.parent.name for p in root.glob("*/__init__.py")}
+    problems = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        module = module_name(root, path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:  # within tests/, wherever it points
+                dots = "." * node.level
+                targets = [dots + node.module] if node.module else [dots + alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            problems += [
+                f"{module} imports {target} (a test module imports only oracles, fixtures and tools)"
+                for target in targets
+                if target.startswith(".") or (target.split(".")[0] in local and target.split(".")[0] not in SUITE)
+            ]
+    return problems
+
+
 def test_imports_point_down_the_layers_without_cycles():
     graph = import_graph(ROOT)
     assert len(graph) > 40 and all(layer_of(m) is not None for m in graph), sorted(graph)
     assert layering_problems(graph) == []
+
+
+def test_tests_import_only_the_package():
+    assert len(list((ROOT / "tests").rglob("test_*.py"))) > 20
+    assert imports_within_tests(ROOT) == []
 
 
 def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
@@ -113,6 +148,10 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
         "fixtures/protocol.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fixtures.plugin\n",
         "fixtures/models/a.py": "def f():\n    from fixtures.models import b\n",
         "fixtures/models/b.py": "import fixtures.models.a\n",
+        "tests/__init__.py": "",
+        "tests/a/helpers.py": "import fixtures.models.a\nimport torch\n",
+        "tests/a/test_x.py": "from fixtures.models import b\nfrom tests.a.helpers import f\nimport tests.a\n",
+        "tests/a/conftest.py": "def pytest_configure(config):\n    from . import helpers\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +161,12 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
     assert problems == [
         "oracles.step (layer oracles) imports fixtures.protocol (layer fixtures.protocol)",
         "import cycle: fixtures.models.a -> fixtures.models.b -> fixtures.models.a",
+    ]
+    rule = "(a test module imports only oracles, fixtures and tools)"
+    assert imports_within_tests(tmp_path) == [
+        f"tests.a.conftest imports .helpers {rule}",
+        f"tests.a.test_x imports tests.a.helpers {rule}",
+        f"tests.a.test_x imports tests.a {rule}",
     ]
 
 

@@ -7,18 +7,22 @@ avoid.  Every property of ``tests/performance`` runs against each of them
 (in this process, at most 10 examples each) and the set of properties that
 fail must be exactly the set listed here: the clause the subject breaks, and
 any clause that follows from it (one more launch also shrinks the saving).
-The reference must fail none.
+The reference must fail none.  The clause tests are collected by node id
+(``tests/performance/test_device_work.py::<clause>``), as pytest collects them.
 """
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
+from fixtures.plugin.fresh_run import repo
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.mutants.performance import MUTANTS as PERFORMANCE
 from fixtures.subjects.reference import ReferenceSubject
-from tests.performance import test_device_work as clauses
+
+CLAUSE_TESTS = "tests/performance/test_device_work.py"
 
 LAUNCHES = "test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing"
 UPLOAD = "test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking"
@@ -70,8 +74,14 @@ def few_examples(tests, count: int = 10):
 NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
 
 
-def failing_clauses(subject) -> set[str]:
-    tests = {name: getattr(clauses, name) for name in CLAUSES}
+@pytest.fixture(scope="module")
+def clauses(request) -> dict:
+    """Each clause's test function, by name: ``CLAUSE_TESTS::<name>`` collected as pytest collects it."""
+    module = pytest.Module.from_parent(request.session, path=Path(repo(CLAUSE_TESTS)))
+    return {name: getattr(module.obj, name) for name in CLAUSES}
+
+
+def failing_clauses(subject, tests: dict) -> set[str]:
     failed = set()
     with few_examples(list(tests.values())):
         for name, test in tests.items():
@@ -89,10 +99,10 @@ def test_every_clause_has_a_broken_subject_and_the_catalogue_lists_each_once():
     assert broken == set(CLAUSES), f"clauses without a broken subject: {set(CLAUSES) - broken}"
 
 
-def test_the_reference_keeps_every_clause():
-    assert failing_clauses(ReferenceSubject()) == set()
+def test_the_reference_keeps_every_clause(clauses):
+    assert failing_clauses(ReferenceSubject(), clauses) == set()
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_each_broken_subject_fails_exactly_the_clauses_it_breaks(name):
-    assert failing_clauses(MUTANTS[name]()) == EXPECTED[name]
+def test_each_broken_subject_fails_exactly_the_clauses_it_breaks(name, clauses):
+    assert failing_clauses(MUTANTS[name](), clauses) == EXPECTED[name]

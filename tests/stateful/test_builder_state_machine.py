@@ -18,16 +18,18 @@ them (one step later at the earliest), and adds the pinned-buffer race.
 import contextlib
 
 import pytest
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.statistics import collector, describe_statistics
 
+from fixtures.harness.machine import EagerBuilderMachine, StreamModelBuilderMachine, machine_for
+from fixtures.plugin.profiles import STATEFUL_STEPS, sized
 from fixtures.protocol import DEVICE_PATH, PERSISTENT_BUFFERS
-from tests.stateful.machine import (
-    EagerBuilderMachine,
-    StreamModelBuilderMachine,
-    machine_for,
-    machine_settings,
-)
+
+
+def machine_settings() -> settings:
+    """The loaded profile with the machines' own size (``fixtures.plugin.profiles.SIZES["stateful"]``)."""
+    return sized("stateful", stateful_step_count=STATEFUL_STEPS, report_multiple_bugs=False)
 
 
 @contextlib.contextmanager
