@@ -9,6 +9,12 @@ it: ``pin_memory=True`` takes the host path, ``pin_memory=False`` the device
 path.  ``M = max_num_batched_tokens``; the host path uploads its whole
 ``M + 1`` staging buffer every step, so its cost grows with ``M``.
 
+Each row also records the device operations of a steady step from the
+stream model's ledger and, for a subject run beside a baseline (``--subject
+vllm --vllm-overlay DIR``: the release), the baseline's on the same batch and
+configuration, so the report shows what the host path saves against the
+release per pure-decode step.
+
 Subjects: the run's ``--subject`` and, when that is another one, the reference
 as a baseline in the same session (:mod:`fixtures.bench.subjects`), so
 ``--subject vllm --vllm-overlay DIR`` measures the post-change vLLM builder
@@ -74,6 +80,13 @@ def test_build_step(benchmark, bench_subject, device, path, n, m):
         # Measure the path that was asked for, not another one.
         assert taken == path, f"asked for the {path} path, the subject took {taken}"
         ops = device_ops_per_step(subject, device, batch, m, pin_memory=(path == "host"))
+        against = {}
+        if path == "host" and isinstance(subject, WithBaseline):
+            # The change's saving: the release's (device-path) builder on the same batch and config.
+            against = dict(
+                baseline=subject.baseline.name,
+                baseline_device_ops_per_step=device_ops_per_step(subject.baseline, device, batch, m, pin_memory=True),
+            )
         benchmark.group = f"build step, M={m}"
         benchmark.extra_info.update(
             kind="build_step",
@@ -84,6 +97,7 @@ def test_build_step(benchmark, bench_subject, device, path, n, m):
             device=device.type,
             triton_launches_per_step=sum(launches.values()),
             device_ops_per_step=ops,
+            **against,
             timing="synchronised GPU step" if device.type == "cuda" else "host-side only (CPU, Triton interpreter)",
             timed=step.timed,
             **subject_info(subject),

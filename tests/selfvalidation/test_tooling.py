@@ -48,6 +48,8 @@ def test_bench_report_tables_and_plot(tmp_path):
                 device="cpu",
                 triton_launches_per_step=0,
                 device_ops_per_step={"launches": 0, "h2d": 1, "d2h": 0},
+                baseline="vllm-release",
+                baseline_device_ops_per_step={"launches": 6, "h2d": 2, "d2h": 0},
             ),
             bench(
                 "build_step",
@@ -70,8 +72,9 @@ def test_bench_report_tables_and_plot(tmp_path):
     text = (tmp_path / "report.md").read_text()
     ratio = f"{device / host:.0f}x"
     ops = "launches 0, h2d 1, d2h 0 | launches 4, h2d 1, d2h 0 | launches 4, h2d 0, d2h 0"
-    assert f"| 8192 | 8 | 20 µs / 40 µs | 600 µs / 1.2 ms | {ratio} | 0 | 1 | {ops} |" in text, text
-    assert "| 8192 | 512 | 20 µs / 40 µs | — | — | 0 | — | — | — | — |" in text, text
+    saved = "launches 6, h2d 1, d2h 0"  # against the baseline's (the release's) device path
+    assert f"| 8192 | 8 | 20 µs / 40 µs | 600 µs / 1.2 ms | {ratio} | 0 | 1 | {ops} | {saved} |" in text, text
+    assert "| 8192 | 512 | 20 µs / 40 µs | — | — | 0 | — | — | — | — | — |" in text, text
     assert "| 16 | 64 | 1 MiB | 1 ms / 2 ms | 1 µs / 2 µs | 999 µs |" in text, text
     assert "host-side cost only" in text
     if importlib.util.find_spec("matplotlib"):
