@@ -54,7 +54,7 @@ from fixtures.bench.stall import (
     measure_sleep,
     sleep_cycles_per_second,
 )
-from fixtures.bench.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info
+from fixtures.bench.subjects import M_SWEEP, N_SWEEP, TOPK, build_step, pure_decode_batch, subject_info, timed
 from fixtures.bench.timing import warmed_step
 from fixtures.harness.step import new_config
 from fixtures.plugin.gating import NOT_APPLICABLE
@@ -87,7 +87,7 @@ def test_host_wait_stalled(benchmark, bench_subject, device, stall, n, m):
         pytest.skip(f"{NOT_APPLICABLE}subject {bench_subject.name!r} lacks {HOST_PATH}")
     batch = pure_decode_batch(n)
     config = new_config(device, m, TOPK, pin_memory=True)
-    builder = bench_subject.make_builder(config)
+    builder = timed(bench_subject).make_builder(config)
     timer = WaitTimer()
     timed_wait = instrument_event_wait(builder, config, timer)
     if timed_wait is None:

@@ -29,6 +29,7 @@ from fixtures.bench.subjects import (
     pure_decode_batch,
     subject_info,
     subject_label,
+    timed,
 )
 from fixtures.harness.step import new_config
 from fixtures.models.runtime import Event
@@ -302,7 +303,7 @@ def test_event_wait_instrumentation_on_the_real_builder(bench_subject, device):
 
 def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
     """The vllm subject's timed call is vLLM's build(): its CommonAttentionMetadata is made once."""
-    subject = run_state(pytestconfig)["subject"]
+    subject = timed(run_state(pytestconfig)["subject"])  # with --vllm-overlay: without the release beside it
     if subject.name != "vllm":
         pytest.skip(f"{NOT_APPLICABLE}checks the vllm subject's step; this session's subject is {subject.name!r}")
     vllm_subject = sys.modules["fixtures.subjects.vllm.subject"]
