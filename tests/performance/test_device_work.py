@@ -17,7 +17,7 @@ legality oracle.  On a GPU the same clauses are checked from
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 from fixtures.harness.baseline import WithBaseline
@@ -79,42 +79,52 @@ HOST = (HOST_PATH, DEVICE_PATH, PERSISTENT_BUFFERS)
 host_clause = pytest.mark.needs(*HOST)
 
 
-def on_programs(*capabilities):
-    """A clause checked on every step of generated programs (``batches``, ``topk``)."""
+def on_programs(*capabilities, pinned=()):
+    """A clause checked on every step of generated programs (``batches``, ``topk``), and first on
+    each ``pinned`` program (a list of batches) at top-k 2."""
 
     def wrap(fn):
-        return pytest.mark.needs(*capabilities)(LEDGER(given(batches=programs, topk=topks)(fn)))
+        test = given(batches=programs, topk=topks)(fn)
+        for batches in pinned:
+            test = example(batches=batches, topk=2)(test)
+        return pytest.mark.needs(*capabilities)(LEDGER(test))
 
     return wrap
 
 
-@on_programs(*HOST)
+# The decode batch grows, keeps its size, grows again, then shrinks: a rewrite of
+# req_id_per_token on a step that does not grow past its extent shows on the second step,
+# whatever the generated programs happen to draw.
+GROW_KEEP_GROW_SHRINK = [make_batch([1] * n, [3 * n + 1] * n) for n in (2, 2, 4, 1)]
+
+
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
 def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk):
     for s, shrank, _ in host_steps(run(subject, device, batches, topk)):
         expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
         check(contract.host_launches(s.ledger, shrank), s.ledger, "host path launches", expected)
 
 
-@on_programs(*HOST)
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
 def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_upload(s.ledger), s.ledger, "host path upload", "one pinned non-blocking h2d")
 
 
-@on_programs(*HOST)
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
 def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk):
     for s, _, may_copy in host_steps(run(subject, device, batches, topk)):
         expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
         check(contract.host_req_id_copy(s.ledger, may_copy), s.ledger, "host path req_id_per_token", expected)
 
 
-@on_programs(*HOST)
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
 def test_host_path_never_reads_the_device_back(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_no_sync(s.ledger), s.ledger, "host path sync", "no d2h, no stream sync")
 
 
-@on_programs(*HOST)
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
 def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_wait(s.ledger), s.ledger, "host path wait", "at most one event wait, before the upload")

@@ -140,6 +140,13 @@ def test_tests_import_only_the_package():
     assert imports_within_tests(ROOT) == []
 
 
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """Write a tree of source files (path relative to ``root`` -> text) for a selftest."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
     files = {
         "oracles/__init__.py": "",
@@ -153,9 +160,7 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
         "tests/a/test_x.py": "from fixtures.models import b\nfrom tests.a.helpers import f\nimport tests.a\n",
         "tests/a/conftest.py": "def pytest_configure(config):\n    from . import helpers\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     (tmp_path / "tools").mkdir()
     problems = layering_problems(import_graph(tmp_path))
     assert problems == [
@@ -203,9 +208,7 @@ def test_the_check_catches_a_subject_package_import(tmp_path):
         "fixtures/harness/findings.py": "def f():\n    import fixtures.subjects.vllm.findings\n",
         "tools/report.py": "from fixtures.subjects.vllm import overlay\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     assert subject_package_imports(import_graph(tmp_path)) == [
         "fixtures.harness.findings imports fixtures.subjects.vllm.findings, a specific subject package",
         "fixtures.plugin.hooks imports fixtures.subjects.vllm, a specific subject package",
