@@ -113,6 +113,18 @@ def host_wait(ledger) -> str | None:
     return None
 
 
+def host_step_problems(ledger, shrank: bool, may_copy: bool) -> dict[str, str]:
+    """Every per-step clause of the host path that ``ledger`` breaks: clause -> problem."""
+    found = {
+        "launches": host_launches(ledger, shrank),
+        "upload": host_upload(ledger),
+        "req_id_per_token": host_req_id_copy(ledger, may_copy),
+        "sync": host_no_sync(ledger),
+        "wait": host_wait(ledger),
+    }
+    return {clause: problem for clause, problem in found.items() if problem}
+
+
 def same_work(small, large) -> str | None:
     """Two host-path steps that differ only in ``n``: the same operations, kind by kind and in order."""
     shape = [(op.kind, op.what, op.buffer, op.pinned, op.blocking) for op in small.ops]

@@ -15,21 +15,22 @@ legality oracle.  On a GPU the same clauses are checked from
 ``tools/gpu_check.sh``; these tests are the CPU model of them.
 """
 
+import contextlib
+
 import pytest
-import torch
-from hypothesis import HealthCheck, example, given, note, settings
+from hypothesis import HealthCheck, assume, example, given, note, settings
 from hypothesis import strategies as st
 
 from fixtures.harness.baseline import WithBaseline
-from fixtures.harness.device_work import run_program
+from fixtures.harness.device_work import host_steps, run_program, run_program_on_real_stream
 from fixtures.inputs.batches import make_batch
-from fixtures.inputs.steps import STEP_TOPKS, mixed, prefill_only, pure_decode
+from fixtures.inputs.steps import STEP_TOPKS, grow_keep_grow_shrink, mixed, prefill_only, pure_decode
 from fixtures.models.ledger import mismatch
 from fixtures.plugin.profiles import sized
 from fixtures.plugin.reporting import NOTE_PROPERTY
 from fixtures.protocol import DEVICE_PATH, HOST_PATH, PERSISTENT_BUFFERS
 from oracles import device_work as contract
-from oracles.step import ReqIdExtent, expected_path
+from oracles.step import expected_path
 
 M = 6
 LEDGER = sized("ledger")
@@ -60,17 +61,6 @@ def run(subject, device, batches, topk, **kwargs):
     return steps
 
 
-def host_steps(steps):
-    """Each host-path step with whether it shrank the batch and whether it may copy ``req_id_per_token``."""
-    extent, previous = ReqIdExtent(), 0
-    for s in steps:
-        n = s.batch.num_actual_tokens
-        may_copy = extent.step(n, s.result.path)
-        shrank, previous = n < previous, n
-        if s.result.path == "host":
-            yield s, shrank, may_copy
-
-
 def check(problem, ledger, clause, expected):
     assert problem is None, mismatch(ledger, f"{clause}: {problem}", expected)
 
@@ -92,10 +82,9 @@ def on_programs(*capabilities, pinned=()):
     return wrap
 
 
-# The decode batch grows, keeps its size, grows again, then shrinks: a rewrite of
-# req_id_per_token on a step that does not grow past its extent shows on the second step,
-# whatever the generated programs happen to draw.
-GROW_KEEP_GROW_SHRINK = [make_batch([1] * n, [3 * n + 1] * n) for n in (2, 2, 4, 1)]
+# Every host-path step kind, whatever the generated programs happen to draw (a rewrite of
+# req_id_per_token on a step that does not grow shows on the second step).
+GROW_KEEP_GROW_SHRINK = grow_keep_grow_shrink()
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
@@ -146,6 +135,28 @@ def test_host_path_device_work_does_not_grow_with_n(subject, device, a, b, data,
     small, large = program(a), program(b)
     for one, other in zip(small, large, strict=True):
         check(contract.same_work(one.ledger, other.ledger), other.ledger, "host path O(1) in n", one.ledger.render())
+
+
+@host_clause
+@LEDGER
+@example(batches=GROW_KEEP_GROW_SHRINK, topk=2)
+@given(batches=st.lists(pure_decode(M), min_size=1, max_size=5), topk=topks)
+def test_host_path_keeps_every_clause_on_a_dispatch_level_ledger_meta_stands_in_for_the_device(
+    subject, device, batches, topk
+):
+    """The host-path clauses again, on a ledger recorded independently of the stream model: below
+    torch, from the ATen operators that reach device memory (``fixtures/models/real_stream.py``, the
+    recorder of the GPU test below).  ``meta`` tensors stand in for the device: they hold no data,
+    so no kernel runs and only pure-decode programs on the host path are drawn; the host buffers
+    the runtime hands out as pinned count as pinned (CPU torch cannot pin)."""
+    assume(all(expected_path(b, speculative=False, pin_memory=True) == "host" for b in batches))
+    steps = run_program_on_real_stream(alone(subject), "meta", batches, m=M, topk=topk)
+    for s in steps:
+        assert s.result.path == "host", f"step {s.index} took the {s.result.path} path"
+        note(s.ledger.render())
+    for s, shrank, may_copy in host_steps(steps):
+        problems = contract.host_step_problems(s.ledger, shrank, may_copy)
+        assert not problems, mismatch(s.ledger, f"host path, dispatch-level ledger: {problems}", "every clause kept")
 
 
 def pure_decode_of(seq_lens):
@@ -202,32 +213,35 @@ def test_host_path_saves_the_claimed_launches_against_the_general_path(
 
 @pytest.mark.gpu
 @pytest.mark.needs(HOST_PATH, PERSISTENT_BUFFERS)
-def test_host_path_on_the_gpu_launches_nothing_and_never_syncs(subject, device):
-    """Clauses 1, 2 and 4 on the real stream: a steady host-path step (the second of the same
-    batch) under ``torch.profiler``: no kernel, one host-to-device copy from pinned memory, no
-    device-to-host copy and no stream or device synchronisation."""
+def test_host_path_on_the_gpu_keeps_every_clause_on_the_real_stream(subject, device):
+    """Clauses 1 to 5 on the real stream (CUDA or ROCm), not the stream model: the pinned program
+    (grow, keep, grow, shrink) through one builder, each step recorded from below torch
+    (``fixtures/models/real_stream.py``: ATen operators with the source's real ``is_pinned()``,
+    Triton launches, events) under ``torch.cuda.set_sync_debug_mode("error")``, so that any
+    synchronising call raises.  The steady step (the second) runs under ``torch.profiler`` too: no
+    kernel, one host-to-device copy and no device-to-host copy reach the device."""
     from torch.profiler import ProfilerActivity, profile
 
-    from fixtures.harness.step import new_config
+    profiled = []
 
-    batch = pure_decode_of([5, 9, 2])
-    config = new_config(device, M, 4)
-    builder = alone(subject).make_builder(config)
-    builder.build(batch)  # the first step grows the batch (a req_id_per_token copy)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        assert builder.build(batch).path == "host"
-    torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
-    on_device = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
-    kernels = [n for n in on_device if not n.startswith(("Memcpy", "Memset"))]
-    uploads = [n for n in on_device if n.startswith("Memcpy HtoD")]
-    reads = [n for n in on_device if n.startswith("Memcpy DtoH")]
-    syncs = [
-        n
-        for n in names
-        if n in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize")
-    ]
-    assert not kernels, f"the host path launched kernels on the GPU: {kernels}"
-    assert len(uploads) == 1 and "Pinned" in uploads[0], f"host-to-device copies: {uploads}"
-    assert not reads and not syncs, f"the host path synchronised: {reads + syncs}"
+    def profile_the_steady_step(index):
+        if index != 1:
+            return contextlib.nullcontext()
+        profiled.append(profile(activities=[ProfilerActivity.CUDA]))
+        return profiled[0]
+
+    steps = run_program_on_real_stream(
+        alone(subject), device, GROW_KEEP_GROW_SHRINK, m=M, topk=2, around=profile_the_steady_step
+    )
+    for s in steps:
+        assert s.result.path == "host", f"step {s.index} took the {s.result.path} path"
+    for s, shrank, may_copy in host_steps(steps):
+        problems = contract.host_step_problems(s.ledger, shrank, may_copy)
+        assert not problems, mismatch(s.ledger, f"host path on the real stream: {problems}", "every clause kept")
+    on_device = [e.name for e in profiled[0].events() if str(e.device_type).endswith("CUDA")]
+    kernels = [name for name in on_device if not name.startswith(("Memcpy", "Memset"))]
+    uploads = [name for name in on_device if name.startswith("Memcpy HtoD")]
+    reads = [name for name in on_device if name.startswith("Memcpy DtoH")]
+    assert not kernels and len(uploads) == 1 and not reads, mismatch(
+        steps[1].ledger, f"the profiler saw on the device in the steady step: {on_device}", "one HtoD memcpy"
+    )

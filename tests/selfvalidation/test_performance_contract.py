@@ -33,19 +33,21 @@ O1 = "test_host_path_device_work_does_not_grow_with_n"
 DEVICE_UPLOADS = "test_device_path_non_blocking_uploads_read_pinned_memory"
 DEVICE_SYNC = "test_device_path_syncs_only_inside_gpu_sync_allowed"
 SAVING = "test_host_path_saves_the_claimed_launches_against_the_general_path"
-CLAUSES = (LAUNCHES, UPLOAD, REQ_ID, SYNC, WAIT, O1, DEVICE_UPLOADS, DEVICE_SYNC, SAVING)
+# clauses 1 to 5 again, on the ledger recorded below torch with meta standing in for the device
+DISPATCH = "test_host_path_keeps_every_clause_on_a_dispatch_level_ledger_meta_stands_in_for_the_device"
+CLAUSES = (LAUNCHES, UPLOAD, REQ_ID, SYNC, WAIT, O1, DEVICE_UPLOADS, DEVICE_SYNC, SAVING, DISPATCH)
 
 EXPECTED = {
-    "tail_filled_on_device": {LAUNCHES, SAVING},
-    "indptr_uploaded_from_pageable_memory": {UPLOAD},
-    "indptr_uploaded_blocking": {UPLOAD},
-    "indptr_read_back": {SYNC},
-    "event_waited_twice": {WAIT},
-    "indptr_uploaded_per_token": {UPLOAD, O1},
+    "tail_filled_on_device": {LAUNCHES, SAVING, DISPATCH},
+    "indptr_uploaded_from_pageable_memory": {UPLOAD, DISPATCH},
+    "indptr_uploaded_blocking": {UPLOAD, DISPATCH},
+    "indptr_read_back": {SYNC, DISPATCH},
+    "event_waited_twice": {WAIT, DISPATCH},
+    "indptr_uploaded_per_token": {UPLOAD, O1, DISPATCH},
     "device_req_ids_from_pageable_memory": {DEVICE_UPLOADS},
     "device_path_reads_indptr_back": {DEVICE_SYNC},
     # the stateful group's, whose every upload of req_id_per_token is otherwise right
-    "req_id_rewritten_every_step": {REQ_ID},
+    "req_id_rewritten_every_step": {REQ_ID, DISPATCH},
 }
 
 
