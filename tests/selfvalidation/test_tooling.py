@@ -2,8 +2,10 @@
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -100,7 +102,11 @@ def test_gpu_check_script_parses_and_fails_fast_without_gpu(tmp_path):
     assert usage.returncode == 2 and "usage:" in usage.stderr
     if torch.cuda.is_available():
         pytest.skip("not applicable: this machine has a GPU; the no-GPU exit is checked on CPU machines")
-    proc = subprocess.run([bash, str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    # the interpreter running this test has torch, whatever python3 on PATH is
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(
+        [bash, str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 3 and "no GPU" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists(), "the script wrote results although it had nothing to check"
 
