@@ -245,3 +245,19 @@ def test_host_path_on_the_gpu_keeps_every_clause_on_the_real_stream(subject, dev
     assert not kernels and len(uploads) == 1 and not reads, mismatch(
         steps[1].ledger, f"the profiler saw on the device in the steady step: {on_device}", "one HtoD memcpy"
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.needs(DEVICE_PATH, PERSISTENT_BUFFERS)
+def test_device_path_on_the_gpu_uploads_pinned_and_syncs_only_where_allowed(subject, device):
+    """Clauses 7 and 8 on the real stream (CUDA or ROCm): mixed and prefill-only steps (the device
+    path) recorded from below torch under ``torch.cuda.set_sync_debug_mode("error")``, relaxed
+    only inside vLLM's ``gpu_sync_allowed`` (whose syncs the ledger marks allowed): every
+    non-blocking upload reads pinned memory, and no device-to-host read happens outside those
+    regions."""
+    program = [make_batch([1, 3], [5, 9]), make_batch([4], [6]), make_batch([1, 1, 2], [3, 7, 2])]
+    steps = run_program_on_real_stream(alone(subject), device, program, m=M, topk=2)
+    for s in steps:
+        assert s.result.path == "device", f"step {s.index} took the {s.result.path} path"
+        check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
+        check(contract.device_no_unallowed_sync(s.ledger), s.ledger, "device path sync", "no d2h outside")

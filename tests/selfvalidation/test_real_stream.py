@@ -8,7 +8,7 @@ import torch
 from fixtures.harness.device_work import host_steps, run_program_on_real_stream
 from fixtures.inputs.steps import grow_keep_grow_shrink
 from fixtures.models.ledger import Ledger
-from fixtures.models.real_stream import buffer_namer, classify, observing_events, recording
+from fixtures.models.real_stream import DeviceReadOnMeta, Flag, buffer_namer, classify, observing_events, recording
 from fixtures.subjects.reference import ReferenceSubject
 from fixtures.subjects.reference_kernel import launch_sparse_seqlen
 from oracles.device_work import host_step_problems
@@ -113,3 +113,19 @@ def test_the_reference_keeps_every_host_clause_on_the_real_stream_ledger():
     """(That each broken subject of the performance contract breaks its clause on this ledger too is
     proven with the other clauses: tests/selfvalidation/test_performance_contract.py.)"""
     assert host_clauses_broken(ReferenceSubject()) == set()
+
+
+def test_nothing_is_recorded_while_off_and_syncs_in_an_allowed_region_are_marked(buffers):
+    on, allowed, ledger = Flag(True), Flag(False), Ledger()
+    indptr = buffers["paged_kv_indptr"]
+    with recording(ledger, DEVICE, buffers, on=on, allowed=allowed):
+        with on.holding(False):
+            indptr.fill_(1)  # the harness's own work: not recorded
+        with allowed.holding(True), pytest.raises(DeviceReadOnMeta):
+            indptr[0].item()
+        with pytest.raises(DeviceReadOnMeta):
+            indptr[1].item()
+    assert [(op.kind, op.target, op.sync_allowed) for op in ledger.ops] == [
+        ("d2h", "paged_kv_indptr[0:1]", True),
+        ("d2h", "paged_kv_indptr[1:2]", False),
+    ]
