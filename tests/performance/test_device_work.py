@@ -159,6 +159,24 @@ def test_host_path_keeps_every_clause_on_a_dispatch_level_ledger_meta_stands_in_
         assert not problems, mismatch(s.ledger, f"host path, dispatch-level ledger: {problems}", "every clause kept")
 
 
+@host_clause
+@LEDGER
+@example(batches=GROW_KEEP_GROW_SHRINK, topk=2)
+@given(batches=st.lists(pure_decode(M), min_size=1, max_size=5), topk=topks)
+def test_the_stream_model_sees_every_operation_the_dispatch_level_recorder_sees(subject, device, batches, topk):
+    """The clauses above are only as good as the stream model's ledger: on host-path programs it
+    must record the same operations, in the same order, as the recorder below torch (``meta``
+    standing in for the device, as above), each with its kind, target, pinnedness and blocking."""
+    assume(all(expected_path(b, speculative=False, pin_memory=True) == "host" for b in batches))
+    modelled = run(subject, device, batches, topk)
+    dispatched = run_program_on_real_stream(alone(subject), "meta", batches, m=M, topk=topk)
+    for a, b in zip(modelled, dispatched, strict=True):
+        assert a.ledger.shape() == b.ledger.shape(), (
+            f"step {a.index}: the two recorders disagree\nstream model: {a.ledger.render()}\n"
+            f"below torch: {b.ledger.render()}"
+        )
+
+
 def pure_decode_of(seq_lens):
     return make_batch([1] * len(seq_lens), seq_lens)
 
