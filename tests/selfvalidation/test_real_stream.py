@@ -5,10 +5,11 @@ GPU on this machine; CPU torch cannot pin memory, so every host source reads as 
 import pytest
 import torch
 
-from fixtures.harness.device_work import host_steps, run_program_on_real_stream
+from fixtures.harness.device_work import host_steps, run_program, run_program_on_real_stream
 from fixtures.inputs.steps import grow_keep_grow_shrink
 from fixtures.models.ledger import Ledger
 from fixtures.models.real_stream import DeviceReadOnMeta, Flag, buffer_namer, classify, observing_events, recording
+from fixtures.models.stream_model import StreamModelRuntime
 from fixtures.subjects.reference import ReferenceSubject
 from fixtures.subjects.reference_kernel import launch_sparse_seqlen
 from oracles.device_work import host_step_problems
@@ -129,3 +130,18 @@ def test_nothing_is_recorded_while_off_and_syncs_in_an_allowed_region_are_marked
         ("d2h", "paged_kv_indptr[0:1]", True),
         ("d2h", "paged_kv_indptr[1:2]", False),
     ]
+
+
+def test_a_stream_model_that_drops_an_operation_disagrees_with_the_recorder_below_torch(monkeypatch):
+    """What the agreement property of tests/performance compares (``Ledger.shape``): equal for the
+    reference's pinned program, unequal once the stream model drops the shrink-tail ``fill_``."""
+    program = grow_keep_grow_shrink()
+
+    def shapes(steps):
+        return [s.ledger.shape() for s in steps]
+
+    below = shapes(run_program_on_real_stream(ReferenceSubject(), DEVICE, program, m=6, topk=2))
+    assert shapes(run_program(ReferenceSubject(), "cpu", program, m=6, topk=2)) == below
+    log = StreamModelRuntime._log
+    monkeypatch.setattr(StreamModelRuntime, "_log", lambda self, op: None if op.what == "fill_" else log(self, op))
+    assert shapes(run_program(ReferenceSubject(), "cpu", program, m=6, topk=2)) != below
