@@ -12,6 +12,7 @@ control.  Nothing is written into the repository.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import hashlib
@@ -35,7 +36,7 @@ from tools.vllm_mutants import __main__ as cli
 from tools.vllm_mutants import reach_plugin
 from tools.vllm_mutants.discover import _lines
 from tools.vllm_mutants.equivalent import EQUIVALENT, check_equivalent_table
-from tools.vllm_mutants.generate import every_id
+from tools.vllm_mutants.generate import every_id, independent
 from tools.vllm_mutants.report import MergeError, build_report, comparable, merge, reclassify, render_markdown
 from tools.vllm_mutants.run import (
     STATUSES,
@@ -674,3 +675,26 @@ def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
     verdict = classify(proc.returncode, record, tmp_path / "log", timeout=9)
     assert verdict["status"] == "killed", proc.stdout[-2000:]
     assert verdict["killed_by"].endswith("test_p.py::test_p") and verdict["examples"] == 1
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "swap_skipped"),
+    [
+        ("x = k + 1", "y = k * 2", True),  # local bindings from reads
+        ("self.a = cfg.x", "self.b = cfg.y.z", True),  # stores into different attributes of self
+        ("self.a = cfg.x", "n = cfg.y", True),
+        ("self.a += 1", "self.b = cfg.y", False),  # reads self.a, which may be a property of self.b
+        ("self.a = cfg.x", "self.b = self.a", False),  # b reads what a stores
+        ("self.a = cfg.x", "self.b = self.c", False),  # self.c may be a property of self.a
+        ("self.a = cfg.x", "self.a = cfg.y", False),  # the same attribute: the last store wins
+        ("self.a = cfg.x", "self.a.b = 1", False),  # a store into an attribute chain
+        ("self.a = cfg.x", "cfg.y = 1", False),  # a store into another object
+        ("self.a = make(cfg)", "self.b = cfg.y", False),  # a call
+        ("self.a = cfg.x", "self.b[0] = 1", False),  # a store into an item
+        ("n = self.m", "self.m = 2", False),  # reads what the other stores
+    ],
+)
+def test_a_swap_is_skipped_only_when_no_order_can_matter(a, b, swap_skipped):
+    first, second = ast.parse(a).body[0], ast.parse(b).body[0]
+    assert independent(first, second) is swap_skipped
+    assert independent(second, first) is swap_skipped

@@ -16,7 +16,6 @@ EQUIVALENT: dict[str, str] = {
     "rocm_aiter_mla_sparse:triton_convert_req_index_to_global_index:L253:swap_statements:1": "two message-less dtype asserts: same AssertionError whichever fails first, no other effect",
     "rocm_aiter_mla_sparse:triton_convert_req_index_to_global_index:L256:swap_statements:1": "a message-less assert on two ints moved past num_tokens = req_id.shape[0], which it does not read",
     "rocm_aiter_mla_sparse:triton_convert_req_index_to_global_index:L266:swap_statements:1": ".contiguous() of two different tensors; neither reads what the other binds",
-    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L458:swap_statements:1": "two attribute copies out of vllm_config into different attributes",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L486:swap_statements:1": "two independent allocations (torch.empty / torch.zeros) into different attributes",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L498:swap_statements:1": "two independent allocations (torch.ones / torch.zeros) into different attributes",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L525:swap_statements:1": "_decode_req_id_extent = 0 moved past `from aiter import ...`, which does not read it",
@@ -75,7 +74,6 @@ EQUIVALENT: dict[str, str] = {
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L641:shift_index:3": "only paged_kv_indices past the new extent changes, and nothing reads it: the attention reads the ranges paged_kv_indptr defines, and forward_mqa's remap rewrites that live range after build() (the file's own comment); the slice stops at the buffer's end",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L641:shift_index:4": "only paged_kv_indices past the new extent changes, and nothing reads it: the attention reads the ranges paged_kv_indptr defines, and forward_mqa's remap rewrites that live range after build() (the file's own comment)",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L642:const_0_1:1": "only paged_kv_indices past the new extent changes, and nothing reads it: the attention reads the ranges paged_kv_indptr defines, and forward_mqa's remap rewrites that live range after build() (the file's own comment)",
-    "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L644:swap_statements:1": "two attribute stores of different extents; neither reads what the other binds",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L645:swap_statements:1": "self._prev_indices_extent stored after the path's work instead of before; that work does not read it",
     # ----- the change's own lines (--base ../shared/vllm-pr-base), beyond those above
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.__init__:L509:swap_statements:1": "the paged_kv_indptr allocation and pin = is_pin_memory_available(); neither reads what the other binds",

@@ -231,21 +231,80 @@ def _pure_binding(stmt: ast.stmt) -> tuple[set, set] | None:
     return reads, binds
 
 
+def _dotted(node) -> str | None:
+    """``a.b.c`` of a chain of attribute reads on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base is not None else None
+    return None
+
+
+def _pure_store(stmt: ast.stmt) -> tuple[set, set] | None:
+    """(dotted names read, names bound) of an assignment into local names or attributes of ``self``
+    whose value calls nothing and reads only names and attribute chains; None for any other
+    statement."""
+    if isinstance(stmt, ast.Assign):
+        targets, value = stmt.targets, stmt.value
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
+        targets, value = [stmt.target], stmt.value
+    else:
+        return None
+    binds = set()
+    for target in targets:
+        name = _dotted(target)
+        if name is None or name.count(".") > 1 or (name.count(".") == 1 and not name.startswith("self.")):
+            return None
+        binds.add(name)
+    reads = set()
+    chains = set()
+    for node in ast.walk(value):
+        if isinstance(node, _EFFECTS + _NESTED + (ast.Lambda, ast.NamedExpr)):
+            return None
+        if isinstance(node, ast.Attribute) and id(node) not in chains:
+            name = _dotted(node)
+            if name is not None:
+                reads.add(name)
+                chains.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.Name) and id(node) not in chains:
+            reads.add(node.id)
+    if isinstance(stmt, ast.AugAssign):
+        reads |= binds
+    return reads, binds
+
+
+def _overlap(names: set, others: set) -> bool:
+    return any(a == b or a.startswith(b + ".") or b.startswith(a + ".") for a in names for b in others)
+
+
 def independent(a: ast.stmt, b: ast.stmt) -> bool:
-    """Swapping ``a`` and ``b`` cannot change anything: both only bind local names from reads (operators
-    and attribute reads assumed free of side effects), and neither touches a name the other binds."""
+    """Swapping ``a`` and ``b`` cannot change anything: both only bind local names from reads
+    (operators and attribute reads assumed free of side effects), and neither touches a name the
+    other binds; or both are assignments (:func:`_pure_store`) into different local names or
+    attributes of ``self`` from values that call nothing, where a statement that stores into
+    ``self`` faces one that reads nothing of ``self`` (an attribute read of ``self`` may be a
+    property computed from what the other stores)."""
     pa, pb = _pure_binding(a), _pure_binding(b)
-    if pa is None or pb is None:
+    if pa is not None and pb is not None:
+        (ra, ba), (rb, bb) = pa, pb
+        return not (ba & (rb | bb)) and not (bb & ra)
+    sa, sb = _pure_store(a), _pure_store(b)
+    if sa is None or sb is None:
         return False
-    (ra, ba), (rb, bb) = pa, pb
-    return not (ba & (rb | bb)) and not (bb & ra)
+    (ra, ba), (rb, bb) = sa, sb
+    if _overlap(ba, rb | bb) or _overlap(bb, ra):
+        return False
+    stores_self = {"a": any(n.startswith("self.") for n in ba), "b": any(n.startswith("self.") for n in bb)}
+    reads_self = {"a": _overlap(ra, {"self"}), "b": _overlap(rb, {"self"})}
+    return not (stores_self["a"] and reads_self["b"]) and not (stores_self["b"] and reads_self["a"])
 
 
-def variants(func, skipped: Counter | None = None) -> list[Variant]:
+def variants(func, skipped: list | None = None) -> list[Variant]:
     """Every mutation of ``func`` by :data:`OPERATORS`, in (position, operator, generation) order.
 
-    Not generated (counted in ``skipped``): swaps of two :func:`independent` statements, which are
-    equivalent by construction."""
+    Not generated (appended to ``skipped``): swaps of two :func:`independent` statements, which
+    are equivalent by construction."""
     out: list[Variant] = []
     stmt_of = {}
 
@@ -341,22 +400,20 @@ def variants(func, skipped: Counter | None = None) -> list[Variant]:
             a, b = stmt, stmts[i + 1] if i + 1 < len(stmts) else None
             movable = b is not None and not isinstance(a, _NESTED) and not isinstance(b, _NESTED)
             if movable and not (owner_path == () and i == 0 and _is_docstring(a)):
-                if independent(a, b):
-                    if skipped is not None:
-                        skipped["independent_swaps"] += 1
-                else:
-                    out.append(
-                        Variant(
-                            "swap_statements",
-                            "swap",
-                            owner_path,
-                            (a.lineno, a.col_offset),
-                            f"swap lines {a.lineno} and {b.lineno}: {_short(a, 40)} / {_short(b, 40)}",
-                            block=block,
-                            index=i,
-                            reach=(a.lineno, b.lineno),
-                        )
-                    )
+                swap = Variant(
+                    "swap_statements",
+                    "swap",
+                    owner_path,
+                    (a.lineno, a.col_offset),
+                    f"swap lines {a.lineno} and {b.lineno}: {_short(a, 40)} / {_short(b, 40)}",
+                    block=block,
+                    index=i,
+                    reach=(a.lineno, b.lineno),
+                )
+                if not independent(a, b):
+                    out.append(swap)
+                elif skipped is not None:
+                    skipped.append(swap)
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
                 callee = ast.unparse(stmt.value.func)
                 if not OUTPUT_ONLY_CALLS.match(callee):
@@ -562,7 +619,7 @@ class Generation:
     functions: list[ChangedFunction]  # the functions mutated (line scope: those holding a changed line)
     mutants: list[Mutant]
     duplicates: int = 0  # mutants identical to an earlier one, dropped
-    skipped: dict = field(default_factory=dict)  # not generated, by reason (see variants())
+    skipped: dict = field(default_factory=dict)  # not generated in scope, by reason (see variants())
     scope: str = "function"
     hunks: list[Hunk] = field(default_factory=list)  # the diff base -> overlay
 
@@ -616,7 +673,10 @@ def generate(overlay: Path, base: Path | None = None, variants_of=variants, scop
         counters: Counter = Counter()
         for fn in changed:
             func = tree_functions[fn.qualname]
-            for variant in variants_of(func, skipped):
+            not_generated: list = []
+            generated = variants_of(func, not_generated)
+            skipped["independent_swaps"] += sum(in_scope(func, v, lines_scope) for v in not_generated)
+            for variant in generated:
                 line = variant.position[0]
                 counters[(fn.qualname, line, variant.operator)] += 1
                 k = counters[(fn.qualname, line, variant.operator)]
