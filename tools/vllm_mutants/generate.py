@@ -215,22 +215,6 @@ _EFFECTS = (
 )
 
 
-def _pure_binding(stmt: ast.stmt) -> tuple[set, set] | None:
-    """(names read, names bound) of a statement that only binds local names: no call, no store into an
-    attribute or item, no control transfer; None for any other statement."""
-    reads, binds = set(), set()
-    for node in ast.walk(stmt):
-        if isinstance(node, _EFFECTS + _NESTED):
-            return None
-        if isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
-            return None
-        if isinstance(node, ast.Name):
-            (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
-    if isinstance(stmt, ast.AugAssign):
-        reads |= binds
-    return reads, binds
-
-
 def _dotted(node) -> str | None:
     """``a.b.c`` of a chain of attribute reads on a name, else None."""
     if isinstance(node, ast.Name):
@@ -241,34 +225,27 @@ def _dotted(node) -> str | None:
     return None
 
 
-def _pure_store(stmt: ast.stmt) -> tuple[set, set] | None:
-    """(dotted names read, names bound) of an assignment into local names or attributes of ``self``
-    whose value calls nothing and reads only names and attribute chains; None for any other
-    statement."""
-    if isinstance(stmt, ast.Assign):
-        targets, value = stmt.targets, stmt.value
-    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
-        targets, value = [stmt.target], stmt.value
-    else:
-        return None
-    binds = set()
-    for target in targets:
-        name = _dotted(target)
-        if name is None or name.count(".") > 1 or (name.count(".") == 1 and not name.startswith("self.")):
+def _plain_effects(stmt: ast.stmt) -> tuple[set, set] | None:
+    """(dotted names read, names bound) of a statement that calls nothing, transfers no control and
+    stores only into local names or attributes of ``self``; None for any other statement.  An
+    attribute chain (``cfg.x.y``) counts as one read."""
+    reads, binds, chained = set(), set(), set()
+    for node in ast.walk(stmt):
+        if isinstance(node, _EFFECTS + _NESTED):
             return None
-        binds.add(name)
-    reads = set()
-    chains = set()
-    for node in ast.walk(value):
-        if isinstance(node, _EFFECTS + _NESTED + (ast.Lambda, ast.NamedExpr)):
-            return None
-        if isinstance(node, ast.Attribute) and id(node) not in chains:
-            name = _dotted(node)
-            if name is not None:
-                reads.add(name)
-                chains.update(id(n) for n in ast.walk(node))
-        elif isinstance(node, ast.Name) and id(node) not in chains:
-            reads.add(node.id)
+        if id(node) in chained:
+            continue
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
+            name = _dotted(node) if isinstance(node, ast.Attribute) else None
+            if name is None or name.count(".") != 1 or not name.startswith("self."):
+                return None
+            binds.add(name)
+            chained.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.Attribute) and _dotted(node) is not None:
+            reads.add(_dotted(node))
+            chained.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.Name):
+            (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
     if isinstance(stmt, ast.AugAssign):
         reads |= binds
     return reads, binds
@@ -279,25 +256,19 @@ def _overlap(names: set, others: set) -> bool:
 
 
 def independent(a: ast.stmt, b: ast.stmt) -> bool:
-    """Swapping ``a`` and ``b`` cannot change anything: both only bind local names from reads
-    (operators and attribute reads assumed free of side effects), and neither touches a name the
-    other binds; or both are assignments (:func:`_pure_store`) into different local names or
-    attributes of ``self`` from values that call nothing, where a statement that stores into
-    ``self`` faces one that reads nothing of ``self`` (an attribute read of ``self`` may be a
-    property computed from what the other stores)."""
-    pa, pb = _pure_binding(a), _pure_binding(b)
-    if pa is not None and pb is not None:
-        (ra, ba), (rb, bb) = pa, pb
-        return not (ba & (rb | bb)) and not (bb & ra)
-    sa, sb = _pure_store(a), _pure_store(b)
-    if sa is None or sb is None:
+    """Swapping ``a`` and ``b`` cannot change anything: both call nothing and store only into
+    local names or attributes of ``self`` (:func:`_plain_effects`; operators and attribute reads
+    assumed free of side effects), neither touches a name the other binds, and a statement that
+    stores into ``self`` faces one that reads nothing of ``self`` (an attribute read of ``self``
+    may be a property computed from what the other stores)."""
+    ea, eb = _plain_effects(a), _plain_effects(b)
+    if ea is None or eb is None:
         return False
-    (ra, ba), (rb, bb) = sa, sb
+    (ra, ba), (rb, bb) = ea, eb
     if _overlap(ba, rb | bb) or _overlap(bb, ra):
         return False
-    stores_self = {"a": any(n.startswith("self.") for n in ba), "b": any(n.startswith("self.") for n in bb)}
-    reads_self = {"a": _overlap(ra, {"self"}), "b": _overlap(rb, {"self"})}
-    return not (stores_self["a"] and reads_self["b"]) and not (stores_self["b"] and reads_self["a"])
+    stores_self_a, stores_self_b = (any(n.startswith("self.") for n in bound) for bound in (ba, bb))
+    return not (stores_self_a and _overlap(rb, {"self"})) and not (stores_self_b and _overlap(ra, {"self"}))
 
 
 def variants(func, skipped: list | None = None) -> list[Variant]:
