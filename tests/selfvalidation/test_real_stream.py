@@ -5,14 +5,13 @@ GPU on this machine; CPU torch cannot pin memory, so every host source reads as 
 import pytest
 import torch
 
-from fixtures.harness.device_work import host_steps, run_program, run_program_on_real_stream
+from fixtures.harness.device_work import broken_host_clauses, run_program, run_program_on_real_stream
 from fixtures.inputs.steps import grow_keep_grow_shrink
 from fixtures.models.ledger import Ledger
 from fixtures.models.real_stream import DeviceReadOnMeta, Flag, buffer_namer, classify, observing_events, recording
 from fixtures.models.stream_model import StreamModelRuntime
 from fixtures.subjects.reference import ReferenceSubject
 from fixtures.subjects.reference_kernel import launch_sparse_seqlen
-from oracles.device_work import host_step_problems
 
 DEVICE = "meta"
 
@@ -104,10 +103,7 @@ def host_clauses_broken(subject) -> set[str]:
     buffers the runtime hands out as pinned count as pinned: CPU torch cannot pin)."""
     steps = run_program_on_real_stream(subject, DEVICE, grow_keep_grow_shrink(), m=6, topk=2)
     assert [s.result.path for s in steps] == ["host"] * len(steps)
-    broken = set()
-    for s, shrank, may_copy in host_steps(steps):
-        broken |= set(host_step_problems(s.ledger, shrank, may_copy))
-    return broken
+    return {clause for _, problems in broken_host_clauses(steps) for clause in problems}
 
 
 def test_the_reference_keeps_every_host_clause_on_the_real_stream_ledger():
