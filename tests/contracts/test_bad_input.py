@@ -425,12 +425,9 @@ def _overlay_of_the_release(tmp_path, edit):
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vLLM installed (tox -e vllm)")
-    from fixtures.subjects.vllm.backend import BACKEND, installed_backend_file
+    from fixtures.subjects.vllm.backend import BACKEND, write_overlay
 
-    path = tmp_path / "overlay" / (BACKEND.replace(".", "/") + ".py")
-    path.parent.mkdir(parents=True)
-    path.write_text(edit(installed_backend_file().read_text()))
-    return path
+    return write_overlay(tmp_path / "overlay", {BACKEND: edit}) / (BACKEND.replace(".", "/") + ".py")
 
 
 def _broken_overlay_run(run_suite_in, tmp_path):

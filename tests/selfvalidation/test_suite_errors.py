@@ -14,15 +14,20 @@ vllm`` runs them).
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from dataclasses import dataclass
 
 import pytest
 
-from fixtures.plugin.fresh_run import repo
+from fixtures.plugin.forkserver import Launcher, Run
+from fixtures.plugin.fresh_run import ROOT, pytest_env, repo
 from fixtures.protocol import EXIT_SUITE_ERROR
 
 STEP_PROPERTY = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
 KERNEL_PROPERTY = "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"
+# One builder, one step (no examples to generate): the cheapest property that constructs and builds.
+ONE_STEP_PROPERTY = "tests/gating/test_gating_contract.py::test_overstated_upper_bound_would_diverge_from_device_path"
 
 SUBJECTS = """
 from fixtures.protocol import NotApplicableHere, SuiteError
@@ -87,3 +92,167 @@ def test_a_stood_in_collaborator_makes_the_property_not_applicable(subjects):
     summary = run.out[run.out.index("verification summary") :]
     assert "NOT APPLICABLE (1)" in summary
     assert "not applicable: calls a library stood in on this machine" in summary
+
+
+# ----- through vLLM: overlays made from the installed release's own files ---------------------
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory):
+    """One fork server for the module's vLLM runs, vLLM preloaded (fresh processes where a GPU is visible)."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs it)")
+    log = tmp_path_factory.mktemp("forkserver") / "server.log"
+    env = pytest_env("dev", autoload=False)
+    with Launcher(jobs=1, env=env, preload=["fixtures.subjects.vllm.backend:preload"], server_log=log) as server:
+        yield server
+
+
+@dataclass
+class VllmRun:
+    ret: int
+    out: str
+
+
+@pytest.fixture
+def vllm_run(launcher, tmp_path):
+    """``vllm_run(overlay, *paths, extra=())``: the suite against ``--subject vllm`` with ``overlay``."""
+
+    def run(overlay, *paths, extra=()):
+        args = [*paths, "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "_hypothesis_pytestplugin"]
+        args += ["--subject=vllm", f"--vllm-overlay={overlay}", "--baseline=none", *extra]
+        log = tmp_path / f"run-{len(list(tmp_path.glob('run-*.log')))}.log"
+        outcomes = []
+        launcher.run([Run(log.name, args, launcher.env, log, 600, ROOT)], lambda _, outcome: outcomes.append(outcome))
+        return VllmRun(outcomes[0].returncode, log.read_text(errors="replace"))
+
+    return run
+
+
+@pytest.fixture
+def release_overlay(tmp_path):
+    """``write(edits)``: an overlay of the installed release's files with ``edits`` (module -> edit)."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs it)")
+    # vLLM is never imported in this process: only the installed files are read.
+    from fixtures.subjects.vllm.backend import BACKEND, write_overlay
+
+    def write(edits):
+        return write_overlay(tmp_path / "overlay", {BACKEND if k is None else k: v for k, v in edits.items()})
+
+    return write
+
+
+def in_builder_init(line: str):
+    """An edit of the backend: ``line`` first in the builder's ``__init__`` body (after its signature)."""
+
+    def edit(text: str) -> str:
+        from fixtures.subjects.vllm.backend import BUILDER
+
+        at = text.index(f"class {BUILDER}(")
+        sig = text.index("def __init__(", at)
+        body = text.index("):\n", sig) + 3
+        return text[:body] + f"        {line}\n" + text[body:]
+
+    return edit
+
+
+def in_build(line: str):
+    """An edit of the backend: ``line`` first in the builder's ``build`` body."""
+
+    def edit(text: str) -> str:
+        from fixtures.subjects.vllm.backend import BUILDER
+
+        at = text.index("    def build(", text.index(f"class {BUILDER}("))
+        body = re.compile(r"\)( -> [^:\n]+)?:\n").search(text, at).end()
+        return text[:body] + f"        {line}\n" + text[body:]
+
+    return edit
+
+
+def build_parameter(name: str):
+    """An edit of the backend: the builder's ``build`` takes one more required positional parameter."""
+
+    def edit(text: str) -> str:
+        from fixtures.subjects.vllm.backend import BUILDER
+
+        at = text.index("    def build(", text.index(f"class {BUILDER}("))
+        after = text.index("common_attn_metadata: CommonAttentionMetadata,\n", at)
+        after += len("common_attn_metadata: CommonAttentionMetadata,\n")
+        return text[:after] + f"        {name},\n" + text[after:]
+
+    return edit
+
+
+def with_field(cls: str, line: str):
+    """An edit of a configuration module: ``line`` added to class ``cls`` before its first method."""
+
+    def edit(text: str) -> str:
+        at = text.index(f"class {cls}")
+        method = re.compile(r"^    (def |@)", re.M).search(text, at).start()
+        return text[:method] + f"    {line}\n\n" + text[method:]
+
+    return edit
+
+
+def test_a_field_the_installed_config_lacks_is_a_suite_error_never_a_failed_property(vllm_run, release_overlay):
+    overlay = release_overlay({None: in_builder_init("_ = vllm_config.scheduler_config.knob_of_a_later_release")})
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == EXIT_SUITE_ERROR, run.out[-3000:]
+    summary = run.out[run.out.index("verification summary") :]
+    assert re.search(r"reads SchedulerConfig\.knob_of_a_later_release, which vLLM \d+\.\d+\.\d+'s", summary), summary
+    assert "SUITE ERRORS" in summary and "\nFAILED" not in summary
+
+
+def test_a_field_a_release_adds_reaches_the_builder_with_vllms_own_default(run_suite_in, release_overlay):
+    """A fresh process, not the fork server: the server has imported vllm.config, which the overlay replaces."""
+    overlay = release_overlay(
+        {
+            "vllm.config.scheduler": with_field("SchedulerConfig", "knob_of_a_later_release: int = 7"),
+            None: in_builder_init("assert vllm_config.scheduler_config.knob_of_a_later_release == 7"),
+        }
+    )
+    run = run_suite_in(
+        "--subject=vllm", f"--vllm-overlay={overlay}", "--baseline=none", repo(ONE_STEP_PROPERTY), profile="dev"
+    )
+    assert run.ret == 0, run.out[-3000:]
+    assert "vllm.config.scheduler <- " in run.out and "[ran]" in run.out
+    assert "PROVEN (1)" in run.out
+
+
+def test_a_stood_in_aiter_reached_by_the_file_is_not_applicable(vllm_run, release_overlay):
+    overlay = release_overlay({None: in_build("import aiter; aiter.get_mla_metadata_v1()")})
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == 0, run.out[-3000:]
+    summary = run.out[run.out.index("verification summary") :]
+    assert "NOT APPLICABLE (1)" in summary
+    assert re.search(r"not applicable: vLLM [\d.]+ calls AMD AITER's aiter\.get_mla_metadata_v1", summary)
+
+
+LATER_IMPORT = "from vllm.v1.attention.ops.a_module_of_a_later_release import helper"
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (
+            in_build(LATER_IMPORT),
+            r"rocm_aiter_mla_sparse\.py:\d+ imports vllm\.v1\.attention\.ops\.a_module_of_a_later",
+        ),
+        (
+            build_parameter("draft_state"),
+            r"ROCMAiterMLASparseMetadataBuilder\.build\(self, common_prefix_len.*draft_state.*does not take the suite's call",
+        ),
+    ],
+    ids=["import_inside_build", "build_signature"],
+)
+def test_a_file_for_another_release_is_a_usage_error_naming_what_and_the_version(
+    vllm_run, release_overlay, edit, named
+):
+    overlay = release_overlay({None: edit})
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == 4, run.out[-3000:]
+    assert re.search(r"targets another vLLM release than the installed \d+\.\d+\.\d+", run.out), run.out[-3000:]
+    assert re.search(named, run.out), run.out[-3000:]
+    assert "INTERNALERROR" not in run.out and "import chain" not in run.out, "an install hint cannot help here"
+    skipped = vllm_run(overlay, ONE_STEP_PROPERTY, extra=["--vllm-overlay-incompatible=skip"])
+    assert skipped.ret == 0, skipped.out[-3000:]
+    assert "skipped (--vllm-overlay-incompatible skip)" in skipped.out and "did not run" in skipped.out
