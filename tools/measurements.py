@@ -21,7 +21,14 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   (of which: Triton's interpreter, hypothesis' data generation and shrinking);
 * ``cost-tests``: the tests that cost the most CPU over all those runs;
 * ``mutation``: the line-scoped mutation run's summary
-  (``vllm-mutants/report.json``).
+  (``vllm-mutants/report.json``);
+* ``release-matrix``: per vLLM release of the matrix (``tox -m vllm-releases``),
+  the verdicts of the release's own backend and of the post-change file
+  (``summary-vllm-<release>-{release,overlay}.json``, written with
+  ``--summary-json``; an overlay run that did not start says why) and the
+  vLLM selftests (``junit-vllm-<release>-self.xml``);
+* ``release-matrix-properties``: each property's verdict per release, for the
+  release and the post-change file.
 
 Text outside the markers (the narrative, numbers measured by hand) is kept as
 written.  A section whose reports are missing is left as it was and named on
@@ -166,7 +173,98 @@ def mutation_rows(reports: Path) -> list[str] | None:
     ]
 
 
+# The summary's verdicts as one letter (fixtures.plugin.reporting.VERDICTS, in order).
+VERDICT_LETTERS = {
+    "PROVEN": "P",
+    "PROVEN EXCEPT KNOWN FINDINGS": "K",
+    "NOT APPLICABLE": "-",
+    "PARTLY SKIPPED": "p",
+    "SUITE ERRORS": "E",
+    "FAILED": "F",
+}
+SUMMARY = re.compile(r"summary-vllm-(?P<release>\d+\.\d+\.\d+)-(?P<kind>release|overlay)\.json")
+
+
+def release_summaries(reports: Path) -> dict[str, dict[str, dict]]:
+    """release -> {"release" | "overlay": the run's summary JSON}, releases in version order."""
+    found: dict[str, dict[str, dict]] = {}
+    for path in reports.glob("summary-vllm-*.json"):
+        match = SUMMARY.fullmatch(path.name)
+        if match:
+            found.setdefault(match["release"], {})[match["kind"]] = json.loads(path.read_text())
+    return dict(sorted(found.items(), key=lambda item: tuple(map(int, item[0].split(".")))))
+
+
+def letter(verdict: str | None) -> str:
+    return next((v for k, v in VERDICT_LETTERS.items() if (verdict or "").startswith(k)), "?")
+
+
+def verdict_counts(summary: dict | None) -> str:
+    if summary is None:
+        return "not run"
+    if summary.get("skipped_run"):
+        return "did not run: " + summary["skipped_run"].split(": ", 2)[-1][:160]
+    counts: dict[str, int] = {}
+    for prop in summary["properties"].values():
+        counts[letter(prop["verdict"])] = counts.get(letter(prop["verdict"]), 0) + 1
+    text = " ".join(f"{counts[v]} {v}" for v in VERDICT_LETTERS.values() if v in counts)
+    return f"{text} (exit {summary.get('exitstatus')})"
+
+
+def stood_in(summary: dict | None) -> str:
+    """The configuration objects a run's subject stood in (its summary line names them), or "none"."""
+    match = re.search(r"generated stand-ins: (.*?)\. Stood in:", (summary or {}).get("describe") or "")
+    if summary is None or not summary.get("describe"):
+        return "?"
+    return match[1] if match else "none (all vLLM's own classes)"
+
+
+def release_matrix_rows(reports: Path) -> list[str] | None:
+    releases = release_summaries(reports)
+    if not releases:
+        return None
+    rows = [
+        "| release | configuration stood in | its own backend | the post-change file overlaid "
+        "| vLLM selftests (passed / failed / skipped) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for release, runs in releases.items():
+        junit = reports / f"junit-vllm-{release}-self.xml"
+        selftests = "not run"
+        if junit.exists():
+            suites = list(ET.parse(junit).getroot().iter("testsuite"))
+            count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+            bad = count["failures"] + count["errors"]
+            selftests = f"{count['tests'] - bad - count['skipped']} / {bad} / {count['skipped']}"
+        rows.append(
+            f"| {release} | {stood_in(runs.get('release'))} | {verdict_counts(runs.get('release'))} "
+            f"| {verdict_counts(runs.get('overlay'))} | {selftests} |"
+        )
+    return rows
+
+
+def release_property_rows(reports: Path) -> list[str] | None:
+    releases = release_summaries(reports)
+    if not releases:
+        return None
+    names = sorted({n for runs in releases.values() for run in runs.values() for n in run.get("properties", {})})
+    header = " | ".join(releases)
+    rows = [f"| property (release / post-change file) | {header} |", "| --- |" + " :---: |" * len(releases)]
+    for name in names:
+        cells = []
+        for runs in releases.values():
+            pair = [
+                letter(run["properties"][name]["verdict"]) if name in run.get("properties", {}) else " "
+                for run in (runs.get("release", {}), runs.get("overlay", {}))
+            ]
+            cells.append(" / ".join(pair))
+        rows.append(f"| `{name.removeprefix('tests/')}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 GENERATORS = {
+    "release-matrix": release_matrix_rows,
+    "release-matrix-properties": release_property_rows,
     "junit": junit_rows,
     "kill-matrix": kill_matrix_rows,
     "ci-envs": ci_env_rows,
