@@ -26,7 +26,7 @@ from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_
 @pytest.fixture(scope="module")
 def overlay(pytestconfig):
     if importlib.util.find_spec("vllm") is None:
-        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs vllm==0.33.0)")
+        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs it)")
     folder = pytestconfig.getoption("--vllm-overlay")
     if not folder:
         pytest.skip("not applicable: no --vllm-overlay given (tox -e vllm gives ../shared/vllm-pr where it exists)")

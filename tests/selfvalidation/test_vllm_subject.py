@@ -6,7 +6,6 @@ it is not installed (``tox -e vllm`` installs it).  The rest need no vLLM.
 
 import importlib.util
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
 from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
 from fixtures.subjects.vllm.config import StandIn, StandInMissing
-from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed
+from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed, layer_stand_in
 from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward
 from fixtures.subjects.vllm.init_attributes import IncompleteFixture, init_attributes
 from fixtures.subjects.vllm.subject import (
@@ -341,6 +340,48 @@ def test_nope_zero_copy_detected_from_forward_mqa_source():
     assert "nope_zero_copy" not in forward_notes(_ZeroCopy, "X")
     assert forward_capabilities(_CopyOnly, "X")[0] == {NOPE_FORWARD}
     assert forward_capabilities(_ZeroCopy, "X")[0] == {NOPE_FORWARD, NOPE_ZERO_COPY}
+
+
+class _NeedsIndexer(_ZeroCopy):
+    def __init__(self, indexer=None):
+        assert indexer is not None
+        self.topk_indices_buffer = indexer.topk_indices_buffer
+
+
+class _NoNopeBranch:
+    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
+        ql_nope, q_pe = q
+        q = self.q_concat_buffer[: ql_nope.shape[0]]
+        ops.concat_mla_q(ql_nope, q_pe, q)  # noqa: F821 (never run: read as source)
+        return q
+
+
+def test_a_forward_the_suite_cannot_make_or_that_has_no_nope_branch_is_not_applicable_with_reason():
+    """Releases 0.21-0.23 assert an indexer module is given; 0.24-0.29 send every query to concat_mla_q."""
+    caps, notes = forward_capabilities(_NeedsIndexer, "X")
+    assert caps == set() and "asserts an indexer module is given" in notes[NOPE_FORWARD]
+    caps, notes = forward_capabilities(_NoNopeBranch, "X")
+    assert caps == set() and "has no NoPE branch" in notes[NOPE_FORWARD] and NOPE_ZERO_COPY in notes
+
+
+def test_the_layer_keeps_aiter_metadata_off_with_the_switch_the_builder_has():
+    """Where AITER is stood in: AITER's Triton sparse MLA where the builder reads that switch, else
+    attention sinks; with AMD AITER present neither (the persistent-metadata branch runs)."""
+
+    class WithSwitch:
+        def __init__(self):
+            self.on = getattr(object(), "use_aiter_sparse_mla", False)
+
+    class WithoutSwitch:
+        def __init__(self):
+            self.sinks = None
+
+    with_switch = layer_stand_in("cpu", False, WithSwitch).impl
+    assert with_switch.use_aiter_sparse_mla is True and with_switch.sinks is None
+    without = layer_stand_in("cpu", False, WithoutSwitch).impl
+    assert without.use_aiter_sparse_mla is False and without.sinks.dtype == torch.float32
+    real = layer_stand_in("rocm", True, WithSwitch).impl
+    assert real.use_aiter_sparse_mla is False and real.sinks is None
 
 
 # ----- a broken vLLM-driven subject is caught ------------------------------------
