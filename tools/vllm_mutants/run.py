@@ -43,6 +43,7 @@ from pathlib import Path
 from fixtures.plugin.forkserver import Launcher, Outcome, Run
 from fixtures.plugin.fresh_run import ROOT, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
+from fixtures.protocol import EXIT_SUITE_ERROR
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
@@ -155,6 +156,9 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
                 "seconds_to_kill": None,
                 "pinned": False,
             }
+    if returncode == EXIT_SUITE_ERROR:
+        # The suite could not drive the mutant (its own limit): neither killed nor survived.
+        return {"status": "error", "detail": f"suite error (exit {returncode}): {_log_tail(log)}"}
     if returncode not in (0, 1) or not record.exists():
         return {"status": "error", "detail": f"exited {returncode} without per-test records (see {log})"}
     tests = json.loads(record.read_text())["tests"]
