@@ -196,7 +196,9 @@ def release_summaries(reports: Path) -> dict[str, dict[str, dict]]:
 
 
 def letter(verdict: str | None) -> str:
-    return next((v for k, v in VERDICT_LETTERS.items() if (verdict or "").startswith(k)), "?")
+    """One letter for a summary verdict (the longest label it starts with: PROVEN EXCEPT ... before PROVEN)."""
+    labels = sorted(VERDICT_LETTERS, key=len, reverse=True)
+    return next((VERDICT_LETTERS[k] for k in labels if (verdict or "").startswith(k)), "?")
 
 
 def verdict_counts(summary: dict | None) -> str:

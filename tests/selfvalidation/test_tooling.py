@@ -207,3 +207,44 @@ def test_measurements_fill_the_ci_envs_and_the_mutation_run(tmp_path):
     assert "| `cpu` | 50 s | 109 s | 160 s |" in text
     assert "| `vllm` | 60 s | 109 s | 169 s |" in text and "`bench`" not in text
     assert "| lines | 6 | 10 | 8 | 1 | 0 | 0 | 1 | 0 | 88.9% | 3.4 | 100 s / 180 s |" in text
+
+
+def test_measurements_fill_the_release_matrix_from_the_summaries(tmp_path):
+    def summary(exitstatus, describe=None, skipped_run=None, **verdicts):
+        properties = {f"tests/a.py::{name}": {"verdict": verdict} for name, verdict in verdicts.items()}
+        return json.dumps(
+            dict(exitstatus=exitstatus, describe=describe, skipped_run=skipped_run, properties=properties)
+        )
+
+    real = "vLLM X. configuration from vLLM's own classes: ModelConfig. Stood in: torch.cuda"
+    stood = (
+        "vLLM X. configuration from vLLM's own classes: ModelConfig; generated stand-ins: VllmConfig (why). Stood in:"
+    )
+    reports = {
+        "summary-vllm-0.9.0-release.json": summary(0, real, test_b="PROVEN", test_c="NOT APPLICABLE"),
+        "summary-vllm-0.10.0-release.json": summary(
+            6, stood, test_b="PROVEN EXCEPT KNOWN FINDINGS (docs)", test_c="SUITE ERRORS (the suite's own)"
+        ),
+        "summary-vllm-0.10.0-overlay.json": summary(1, real, test_b="FAILED", test_c="PARTLY SKIPPED"),
+        "summary-vllm-0.9.0-overlay.json": summary(None, skipped_run="skipped (x): subject 'vllm': targets another"),
+        "summary-vllm-overlay.json": summary(0, real, test_b="PROVEN"),  # the vllm env's: not a matrix release
+    }
+    for name, text in reports.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "junit-vllm-0.9.0-self.xml").write_text(
+        JUNIT.format(tests=10, failures=1, errors=0, skipped=2, time=1.0)
+    )
+    doc = "<!-- generated: release-matrix -->\n<!-- /generated -->\n"
+    doc += "<!-- generated: release-matrix-properties -->\n<!-- /generated -->\n"
+    text, missing = regenerate(doc, tmp_path)
+    assert missing == []
+    lines = text.splitlines()
+    assert lines.index(next(line for line in lines if line.startswith("| 0.9.0"))) < lines.index(
+        next(line for line in lines if line.startswith("| 0.10.0"))
+    ), "releases in version order, not text order"
+    assert (
+        "| 0.9.0 | none (all vLLM's own classes) | 1 P 1 - (exit 0) | did not run: targets another | 7 / 1 / 2 |"
+        in text
+    )
+    assert "| 0.10.0 | VllmConfig (why) | 1 K 1 E (exit 6) | 1 p 1 F (exit 1) | not run |" in text
+    assert "| `a.py::test_b` | P /   | K / F |" in text and "| `a.py::test_c` | - /   | E / p |" in text
