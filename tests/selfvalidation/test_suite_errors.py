@@ -230,6 +230,16 @@ def test_a_stood_in_aiter_reached_by_the_file_is_not_applicable(vllm_run, releas
 LATER_IMPORT = "from vllm.v1.attention.ops.a_module_of_a_later_release import helper"
 
 
+def with_top_import(line: str, then):
+    """An edit of the backend: ``line`` as its first import, then the edit ``then``."""
+
+    def edit(text: str) -> str:
+        at = re.compile(r"^(from (?!__future__)|import )", re.M).search(text).start()
+        return then(text[:at] + line + "\n" + text[at:])
+
+    return edit
+
+
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
@@ -241,8 +251,12 @@ LATER_IMPORT = "from vllm.v1.attention.ops.a_module_of_a_later_release import he
             build_parameter("draft_state"),
             r"ROCMAiterMLASparseMetadataBuilder\.build\(self, common_prefix_len.*draft_state.*does not take the suite's call",
         ),
+        (
+            with_top_import("import vllm.envs as envs_of_this_release", in_build("envs_of_this_release.A_LATER_KNOB")),
+            r"rocm_aiter_mla_sparse\.py:\d+ reads envs_of_this_release\.A_LATER_KNOB, which vllm\.envs lacks",
+        ),
     ],
-    ids=["import_inside_build", "build_signature"],
+    ids=["import_inside_build", "build_signature", "attribute_of_an_imported_module"],
 )
 def test_a_file_for_another_release_is_a_usage_error_naming_what_and_the_version(
     vllm_run, release_overlay, edit, named
@@ -256,3 +270,12 @@ def test_a_file_for_another_release_is_a_usage_error_naming_what_and_the_version
     skipped = vllm_run(overlay, ONE_STEP_PROPERTY, extra=["--vllm-overlay-incompatible=skip"])
     assert skipped.ret == 0, skipped.out[-3000:]
     assert "skipped (--vllm-overlay-incompatible skip)" in skipped.out and "did not run" in skipped.out
+
+
+def test_an_attribute_a_vllm_module_lacks_read_at_run_time_is_a_suite_error(vllm_run, release_overlay):
+    """Read through a name the up-front check does not follow (a local import): at run time."""
+    overlay = release_overlay({None: in_build("import vllm.envs as later; later.A_LATER_KNOB")})
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == EXIT_SUITE_ERROR, run.out[-3000:]
+    assert re.search(r"reads vllm\.envs\.A_LATER_KNOB, which vLLM [\d.]+'s vllm\.envs does not have", run.out)
+    assert "\nFAILED" not in run.out[run.out.index("verification summary") :]
