@@ -26,7 +26,7 @@ from fixtures.models.runtime import EagerRuntime, Event
 from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
 from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
-from fixtures.subjects.vllm.config import StandIn, StandInMissing
+from fixtures.subjects.vllm.config import StandIn, StandInMissing, describe_provenance, generated_stand_in
 from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed, layer_stand_in
 from fixtures.subjects.vllm.findings import assert_seen_on
 from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward
@@ -659,3 +659,34 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     released = release.make_builder(new_config(device, 12, 5, speculative=True))
     released.build(batch)
     assert released.buffers()["req_id_per_token"].tolist()[:8] == [0] * 8
+
+
+def test_a_generated_stand_in_has_the_class_fields_defaults_and_methods_and_nothing_else(monkeypatch):
+    """Where a configuration class cannot be made here, its stand-in comes from the class itself:
+    every field at its default (or default_factory), the suite's values over them, its methods
+    and properties run on those fields; anything else is a suite error naming the class."""
+    import dataclasses
+
+    import fixtures.subjects.vllm.config as config_module
+
+    monkeypatch.setattr(config_module, "_PROVENANCE", {})  # this process's record stays as it was
+
+    @dataclasses.dataclass
+    class LaterConfig:
+        required: int
+        knob: int = 7
+        table: dict = dataclasses.field(default_factory=lambda: {"a": 1})
+
+        @property
+        def doubled(self) -> int:
+            return 2 * self.knob
+
+        def scaled(self, by: int) -> int:
+            return by * self.required
+
+    stand_in = generated_stand_in(LaterConfig, {"required": 3}, "cannot be made here")
+    assert (stand_in.required, stand_in.knob, stand_in.table) == (3, 7, {"a": 1})
+    assert stand_in.doubled == 14 and stand_in.scaled(2) == 6
+    with pytest.raises(StandInMissing, match=r"LaterConfig \(generated: cannot be made here\)"):
+        stand_in.unknown  # noqa: B018
+    assert "LaterConfig (stood in: cannot be made here)" in describe_provenance()
