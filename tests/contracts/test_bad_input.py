@@ -436,15 +436,20 @@ def _broken_overlay_run(run_suite_in, tmp_path):
 
 
 def test_cli_rejects_an_overlay_with_a_syntax_error(run_suite_in, tmp_path):
+    broken = []
+
     def edit(text):
+        # the first top-level def or class from line 100 on, so the error is reported on that very line
         lines = text.splitlines()
-        lines[99] = "def ("  # line 100
+        at = next(i for i in range(99, len(lines)) if lines[i].startswith(("def ", "class ")))
+        broken.append(at + 1)
+        lines[at] = "def ("
         return "\n".join(lines) + "\n"
 
     path = _overlay_of_the_release(tmp_path, edit)
     run = _broken_overlay_run(run_suite_in, tmp_path)
     assert run.ret == 4, run.out
-    assert f"{path}:100: SyntaxError" in run.out, run.out[-3000:]
+    assert f"{path}:{broken[0]}: SyntaxError" in run.out, run.out[-3000:]
     assert "INTERNALERROR" not in run.out
 
 

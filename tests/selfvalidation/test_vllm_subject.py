@@ -476,7 +476,7 @@ def test_impl_real_init_sets_every_derived_attribute(vllm_subject, device):
     gone again after forward_mqa."""
     cls = getattr(vllm_subject.backend, IMPL)
     derived = init_attributes(cls)
-    assert {"q_concat_buffer", "qk_rope_head_dim", "kv_lora_rank"} <= set(derived)
+    assert "q_concat_buffer" in derived, "the buffer the suite re-seats is one the __init__ chain assigns"
     c = forward_case()
     config, forward = new_forward(vllm_subject, c, device)
     before = set(vars(forward.impl))
