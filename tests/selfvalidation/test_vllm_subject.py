@@ -250,6 +250,8 @@ def test_host_path_calls_in_the_backend_namespace_reach_the_runtime(backend, dev
     suite's runtime during a step in CPU mode, and vLLM's own names are back after it."""
     if device.type != "cpu":
         pytest.skip("the routing is CPU mode's stand-in; ROCm mode uses torch.cuda itself")
+    if not hasattr(backend, "np_to_pinned_tensor"):
+        pytest.skip("not applicable: this release's backend module does not import np_to_pinned_tensor")
     subject = VllmSubject()
     config = new_config(device, 8, 4)
     events = []
