@@ -205,7 +205,9 @@ def verdict_counts(summary: dict | None) -> str:
     if summary is None:
         return "not run"
     if summary.get("skipped_run"):
-        return "did not run: " + summary["skipped_run"].split(": ", 2)[-1][:160]
+        why = summary["skipped_run"].removesuffix("; this verification did not run")
+        match = re.search(r"than the installed [\d.]+: (.*?)( \(/[^)]*\))?(; install .*)?$", why)
+        return ("did not run, the file targets another release: " + match[1] if match else "did not run: " + why)[:200]
     counts: dict[str, int] = {}
     for prop in summary["properties"].values():
         counts[letter(prop["verdict"])] = counts.get(letter(prop["verdict"]), 0) + 1

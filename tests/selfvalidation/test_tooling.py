@@ -226,7 +226,11 @@ def test_measurements_fill_the_release_matrix_from_the_summaries(tmp_path):
             6, stood, test_b="PROVEN EXCEPT KNOWN FINDINGS (docs)", test_c="SUITE ERRORS (the suite's own)"
         ),
         "summary-vllm-0.10.0-overlay.json": summary(1, real, test_b="FAILED", test_c="PARTLY SKIPPED"),
-        "summary-vllm-0.9.0-overlay.json": summary(None, skipped_run="skipped (x): subject 'vllm': targets another"),
+        "summary-vllm-0.9.0-overlay.json": summary(
+            None,
+            skipped_run="skipped (x): subject 'vllm': m targets another vLLM release than the installed 0.9.0: "
+            "No module named 'vllm.a' (/p/m.py:19); install the vLLM release ...; this verification did not run",
+        ),
         "summary-vllm-overlay.json": summary(0, real, test_b="PROVEN"),  # the vllm env's: not a matrix release
     }
     for name, text in reports.items():
@@ -243,7 +247,7 @@ def test_measurements_fill_the_release_matrix_from_the_summaries(tmp_path):
         next(line for line in lines if line.startswith("| 0.10.0"))
     ), "releases in version order, not text order"
     assert (
-        "| 0.9.0 | none (all vLLM's own classes) | 1 P 1 - (exit 0) | did not run: targets another | 7 / 1 / 2 |"
+        "| 0.9.0 | none (all vLLM's own classes) | 1 P 1 - (exit 0) | did not run, the file targets another release: No module named 'vllm.a' | 7 / 1 / 2 |"
         in text
     )
     assert "| 0.10.0 | VllmConfig (why) | 1 K 1 E (exit 6) | 1 p 1 F (exit 1) | not run |" in text
