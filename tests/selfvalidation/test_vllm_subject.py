@@ -29,7 +29,7 @@ from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
 from fixtures.subjects.vllm.config import StandIn, StandInMissing, describe_provenance, generated_stand_in
 from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed, layer_stand_in
 from fixtures.subjects.vllm.findings import assert_seen_on
-from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward
+from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward, has_fp8_concat_quant_op
 from fixtures.subjects.vllm.init_attributes import IncompleteFixture, init_attributes
 from fixtures.subjects.vllm.subject import (
     BUILDER_BUFFERS,
@@ -486,6 +486,16 @@ def test_impl_real_init_sets_every_derived_attribute(vllm_subject, device):
     assert forward.impl.q_concat_buffer is config.allocator.buffers()["q_concat_buffer"]
     run_forward(config, forward, build_inputs(c, device).ql_nope, build_inputs(c, device))
     assert set(vars(forward.impl)) == before
+
+
+def test_the_layer_has_the_fp8_concat_op_whatever_its_cache_dtype(vllm_subject, device):
+    """MLAAttention makes ``_decode_concat_quant_fp8_op`` for every layer, so a forward_mqa that
+    reaches the fp8 branch on a bf16 cache (a mutant forcing ``if fp8_attention``) meets the op as
+    on a real layer and is judged by the properties, never reported as the suite's limit."""
+    if not has_fp8_concat_quant_op():
+        pytest.skip(f"vLLM {vllm_subject.version} has no _DecodeConcatQuantFP8: its layers lack the op too")
+    _, forward = new_forward(vllm_subject, forward_case(), device)
+    assert type(forward.layer._decode_concat_quant_fp8_op).__name__ == "_DecodeConcatQuantFP8"
 
 
 def test_forward_runs_vllms_remap_kernel_and_hands_on_the_protocols_indices(vllm_subject, device):
