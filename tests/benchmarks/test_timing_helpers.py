@@ -306,10 +306,10 @@ def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
     subject = timed(run_state(pytestconfig)["subject"])  # with --vllm-overlay: without the release beside it
     if subject.name != "vllm":
         pytest.skip(f"{NOT_APPLICABLE}checks the vllm subject's step; this session's subject is {subject.name!r}")
-    vllm_subject = sys.modules["fixtures.subjects.vllm.subject"]
+    driver = sys.modules["fixtures.subjects.vllm.driven"]
     made = []
-    real = vllm_subject.common_attn_metadata
-    monkeypatch.setattr(vllm_subject, "common_attn_metadata", lambda *a, **k: made.append(1) or real(*a, **k))
+    real = driver.common_attn_metadata
+    monkeypatch.setattr(driver, "common_attn_metadata", lambda *a, **k: made.append(1) or real(*a, **k))
     calls = []
     builder = subject.make_builder(new_config(device, 64, TOPK, pin_memory=False))
     real_build = builder.inner.build

@@ -16,7 +16,16 @@ from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.strategies import BATCH_KINDS, Case, cases
 from fixtures.models.runtime import GuardedAllocator
-from fixtures.protocol import DEVICE_KERNEL, DEVICE_PATH, HOST_PATH, buffer_lengths, decode_threshold_for
+from fixtures.protocol import (
+    DEVICE_KERNEL,
+    DEVICE_PATH,
+    HOST_PATH,
+    PAGED_KV_METADATA,
+    buffer_lengths,
+    decode_threshold_for,
+    exposed_buffers,
+    unwritten_past_step,
+)
 from oracles import metadata as oracle
 from oracles.metadata import INT32_MAX
 from oracles.step import expected_path, expected_seqlens, expected_state
@@ -121,11 +130,12 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
 @given(case=cases(kinds=BATCH_KINDS))
 @with_examples(PINNED)
 def test_step_metadata_matches_oracle(subject, device, case):
-    """Property 3 (and the rest of a step): req_id_per_token, qo_indptr,
-    paged_kv_last_page_len and paged_kv_indptr of a fresh builder equal the
-    oracle over their whole persistent buffers (the entries the contract
-    fixes: ``oracles.step.expected_state``); the path taken is the
-    one the legality predicate allows."""
+    """Property 3 (and the rest of a step): req_id_per_token and, with
+    ``paged_kv_metadata``, qo_indptr, paged_kv_last_page_len and
+    paged_kv_indptr of a fresh builder equal the oracle over their whole
+    persistent buffers (the entries the contract fixes:
+    ``oracles.step.expected_state``); the path taken is the one the legality
+    predicate allows."""
     batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
     pin = HOST_PATH in subject.capabilities
     config = new_config(device, m, topk, speculative=case.speculative, pin_memory=pin)
@@ -134,13 +144,15 @@ def test_step_metadata_matches_oracle(subject, device, case):
     path = expected_path(batch, speculative=case.speculative, pin_memory=pin)
     assert step.result.path == path, f"took the {step.result.path} path; the oracle says {path}"
     buffers = builder.buffers()
-    lengths = buffer_lengths(m)
+    lengths = {k: n for k, n in buffer_lengths(m).items() if k in exposed_buffers(subject)}
     assert {k: buffers[k].numel() for k in lengths} == lengths, "persistent buffer lengths"
-    expected = expected_state(batch, path, topk, m)
+    expected = expected_state(batch, path, topk, m, unwritten_past_step(subject))
     compare_state(buffers, expected, "after the step")
     req_ids, fixed = expected["req_id_per_token"]
     k = step_view_tokens(step.result, batch)
     assert_fixed_equal(step.result.req_id_per_token, req_ids[:k], fixed[:k], "step req_id_per_token")
+    if PAGED_KV_METADATA not in subject.capabilities:
+        return
     assert_int32_equal(step.result.paged_kv_indptr, expected["paged_kv_indptr"][0][: k + 1], "step paged_kv_indptr")
     assert_int32_equal(step.result.qo_indptr, oracle.qo_indptr(k), "qo_indptr")
     assert_int32_equal(step.result.paged_kv_last_page_len, oracle.paged_kv_last_page_len(k), "paged_kv_last_page_len")

@@ -44,7 +44,7 @@ from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.inputs.strategies import note_padded
 from fixtures.plugin.profiles import sized
-from fixtures.protocol import DEVICE_PATH, HOST_PATH, decode_threshold_for
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for, unwritten_past_step
 from oracles import metadata as oracle
 from oracles.step import expected_indptr, expected_path, expected_state
 
@@ -89,7 +89,8 @@ def check_gated_step(subject, device, config_kwargs, batch, topk, m):
         f"the legality oracle says {path}"
     )
     check_seqlen_launches(subject, step, batch)
-    compare_state(builder.buffers(), expected_state(batch, path, topk, m), f"after {batch!r} ({path} path)")
+    expected = expected_state(batch, path, topk, m, unwritten_past_step(subject))
+    compare_state(builder.buffers(), expected, f"after {batch!r} ({path} path)")
     return step.result.path
 
 
@@ -130,7 +131,7 @@ def test_path_and_launches_follow_the_predicate(subject, device, seq_lens, toggl
     check_gated_step(subject, device, config_kwargs, batch, topk, M)
 
 
-@pytest.mark.needs(DEVICE_PATH)
+@pytest.mark.needs(DEVICE_PATH, PAGED_KV_METADATA)
 def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
     """Under async speculative decoding ``seq_lens_cpu_upper_bound`` can run
     ahead of the real seq_lens: the host formula on the bound then differs
