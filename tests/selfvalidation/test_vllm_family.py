@@ -1,0 +1,241 @@
+"""vLLM's sibling sparse MLA builders as subjects (``fixtures/subjects/vllm/family.py``).
+
+What a sibling is made of (one folder, its registration, nothing else of the
+suite touched), the protocol's buffers a builder without the paged-KV metadata
+exposes, the finding one of them has, pinned, and why the common builder's
+entries past a step are declared unwritten.  The tests that drive a builder
+need vLLM installed (``tox -e vllm`` and ``tox -e vllm-family`` install it);
+elsewhere they are not applicable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures import ROOT
+from fixtures.harness.device_work import run_program
+from fixtures.harness.step import new_config, run_step
+from fixtures.inputs.batches import make_batch
+from fixtures.plugin.fresh_run import repo
+from fixtures.protocol import (
+    HOST_PATH,
+    PAGED_KV_METADATA,
+    PERSISTENT_BUFFERS,
+    StepResult,
+    SubjectError,
+    check_subject,
+    exposed_buffers,
+)
+from fixtures.subjects import KNOWN_SUBJECTS, load_subject
+from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
+from fixtures.subjects.vllm.backend import installed_vllm_version
+from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject
+from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
+from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
+from oracles import device_work as contract
+
+SIBLINGS = sorted(name for name, target in KNOWN_SUBJECTS.items() if ".vllm_" in target)
+
+
+def sibling(name: str):
+    """The sibling subject ``name`` on the installed vLLM; not applicable where it has no such backend."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here (tox -e vllm-family installs it)")
+    try:
+        return load_subject(name)
+    except NotASiblingHere as exc:
+        pytest.skip(f"not applicable: {exc}")
+
+
+# ----- the architecture answers for itself -------------------------------------
+def test_each_sibling_is_one_folder_of_its_own_plus_its_registration():
+    """Each sibling lives in ``fixtures/subjects/<its folder>/`` and is named by no module of the
+    suite outside ``fixtures/subjects`` (the plugin, harness, inputs, models, oracles and tools
+    reach it through ``--subject`` alone)."""
+    assert len(SIBLINGS) >= 3, SIBLINGS
+    folders = {KNOWN_SUBJECTS[name].split(":")[0].split(".")[2] for name in SIBLINGS}
+    assert len(folders) == len(SIBLINGS), "one folder per sibling"
+    for folder in folders:
+        assert (ROOT / "fixtures" / "subjects" / folder / "subject.py").is_file(), folder
+    outside = [
+        p
+        for top in ("oracles", "tools", "fixtures")
+        for p in (ROOT / top).rglob("*.py")
+        if "subjects" not in p.relative_to(ROOT).parts
+    ]
+    named = {str(p.relative_to(ROOT)): [f for f in folders | set(SIBLINGS) if f in p.read_text()] for p in outside}
+    assert not {p: f for p, f in named.items() if f}, "a module outside fixtures/subjects names a sibling"
+
+
+def test_a_sibling_subject_is_a_few_declarations():
+    """What a sibling's folder adds to :class:`SiblingSubject` is declarations (names, its module,
+    its class, its findings), no code: the driving is the family's."""
+    for name in SIBLINGS:
+        module = importlib.import_module(KNOWN_SUBJECTS[name].split(":")[0])
+        cls = getattr(module, KNOWN_SUBJECTS[name].split(":")[1])
+        assert issubclass(cls, SiblingSubject)
+        own = {k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
+        assert not own, f"{name} defines methods {sorted(own)}: they belong in fixtures/subjects/vllm/family.py"
+
+
+# ----- the protocol: builders without the paged-KV metadata ---------------------
+class _Subject:
+    name = "probe"
+    make_builder = None
+
+    def __init__(self, capabilities, **extra):
+        self.capabilities = frozenset(capabilities)
+        self.__dict__.update(extra)
+
+
+def test_a_subject_without_paged_kv_metadata_exposes_req_id_per_token_alone():
+    assert exposed_buffers(_Subject({PERSISTENT_BUFFERS})) == ("req_id_per_token",)
+    assert set(exposed_buffers(_Subject({PAGED_KV_METADATA}))) == {
+        "paged_kv_indptr",
+        "req_id_per_token",
+        "qo_indptr",
+        "paged_kv_last_page_len",
+    }
+
+
+def test_the_host_path_needs_the_paged_kv_metadata_and_only_req_id_may_stay_unwritten():
+    with pytest.raises(SubjectError, match="declares host_path without paged_kv_metadata"):
+        check_subject(_Subject({HOST_PATH}), "probe")
+    with pytest.raises(SubjectError, match=r"unwritten_past_step \['paged_kv_indptr'\]"):
+        check_subject(_Subject({PAGED_KV_METADATA}, unwritten_past_step={"paged_kv_indptr"}), "probe")
+    check_subject(_Subject({PERSISTENT_BUFFERS}, unwritten_past_step={"req_id_per_token"}), "probe")
+
+
+class _AllFour:
+    """A builder of protocol 5 that exposes every buffer, of a subject that does not say so."""
+
+    def __init__(self, config):
+        m = config.max_num_batched_tokens
+        self.b = {n: config.allocator.zeros(n, k, torch.int32) for n, k in (("req_id_per_token", m),)}
+        self.b.update({n: config.allocator.zeros(n, m + 1, torch.int32) for n in ("paged_kv_indptr", "qo_indptr")})
+        self.b["paged_kv_last_page_len"] = config.allocator.zeros("paged_kv_last_page_len", m, torch.int32)
+
+    def build(self, batch):
+        n = batch.num_actual_tokens
+        return StepResult(
+            self.b["paged_kv_indptr"][: n + 1],
+            self.b["req_id_per_token"][:n],
+            self.b["qo_indptr"][: n + 1],
+            self.b["paged_kv_last_page_len"][:n],
+            path="device",
+        )
+
+    def buffers(self):
+        return self.b
+
+
+def test_a_builder_exposing_buffers_its_subject_does_not_declare_is_refused_by_name():
+    """A protocol-5 subject that exposes the paged-KV metadata without declaring it would have those
+    buffers go unchecked: the step refuses it, naming the capability."""
+    config = new_config("cpu", 4, 2)
+    with pytest.raises(AssertionError, match="exposes \\['req_id_per_token'\\].*paged_kv_metadata"):
+        run_step(_AllFour(config), make_batch([1], [3]), config, _Subject({PERSISTENT_BUFFERS}))
+
+
+# ----- the siblings on the installed vLLM ---------------------------------------
+def test_a_sibling_the_installed_vllm_lacks_is_a_usage_error_naming_it(monkeypatch):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here")
+    cls = SiblingSubject
+    monkeypatch.setattr(cls, "name", "probe", raising=False)
+    monkeypatch.setattr(cls, "gpu", "xpu", raising=False)
+    monkeypatch.setattr(cls, "module", "vllm.v1.attention.backends.mla.no_such_backend", raising=False)
+    with pytest.raises(SubjectError, match=r"vLLM \S+ has no vllm\.v1\.attention\.backends\.mla\.no_such_backend"):
+        cls()
+
+
+@pytest.mark.parametrize("name", SIBLINGS)
+def test_each_sibling_builds_req_id_per_token_through_its_real_build(name):
+    """A step through the real builder: req_id_per_token of a mixed batch, the metadata vLLM built."""
+    subject = sibling(name)
+    config = new_config("cpu", 8, 4, pin_memory=False)
+    builder = subject.make_builder(config)
+    step = run_step(builder, make_batch([1, 3], [5, 9]), config, subject)
+    assert step.result.req_id_per_token.tolist() == [0, 1, 1, 1]
+    assert type(step.result.extra["metadata"]).__module__.startswith("vllm.")
+    assert builder.buffers()["req_id_per_token"] is builder.inner.req_id_per_token_buffer
+
+
+@pytest.mark.parametrize("name", SIBLINGS)
+def test_unwritten_past_step_is_declared_where_the_builder_leaves_a_shrunk_batch_stale(name):
+    """The common builder writes no entry past a step (its declaration is honest); XPU zero-fills
+    its buffer, and declares nothing, so its tail stays checked."""
+    subject = sibling(name)
+    config = new_config("cpu", 8, 4, pin_memory=False)
+    builder = subject.make_builder(config)
+    run_step(builder, make_batch([1, 1, 1, 1], [5, 6, 7, 8]), config, subject)
+    run_step(builder, make_batch([1], [5]), config, subject)
+    tail = builder.buffers()["req_id_per_token"][1:4].tolist()
+    if "req_id_per_token" in getattr(subject, "unwritten_past_step", ()):
+        assert tail == [1, 2, 3], "the declaration must describe the builder: it left the last step's ids"
+    else:
+        assert tail == [0, 0, 0]
+
+
+def test_flashmla_sparse_build_raises_on_an_empty_batch():
+    """Finding, pinned: FlashMLASparseMetadataBuilder.build() on a batch without requests raises
+    IndexError in split_decodes_and_prefills (docs/findings.md)."""
+    subject = sibling("vllm-flashmla-sparse")
+    config = new_config("cpu", 4, 2, pin_memory=False)
+    builder = subject.make_builder(config)
+    batch = make_batch([], [])
+    with pytest.raises(IndexError) as info:
+        builder.build(batch)
+    assert EMPTY_BATCH.matches(info.value, batch=batch), info.value
+    version = installed_vllm_version()
+    assert version in EMPTY_BATCH.seen_on, (
+        f"known finding {EMPTY_BATCH.key} reproduced on vLLM {version}, which its record does not list: add it "
+        "to SEEN_ON in fixtures/subjects/vllm_flashmla_sparse/findings.py and to docs/findings.md"
+    )
+    assert EMPTY_BATCH in subject.known_findings().builder
+
+
+def test_xpu_sparse_uploads_req_id_non_blocking_from_pageable_memory_where_recorded():
+    """Finding, pinned (``xpu-sparse-pageable-upload``, docs/findings.md): vLLM 0.21.0's
+    XPUMLASparseMetadataBuilder.build() copies req_id_per_token non-blocking out of a pageable
+    ``torch.from_numpy`` array (a copy the driver makes blocking); later releases upload it from
+    pinned memory (``np_to_pinned_tensor``).  The device-path ledger tells the two apart."""
+    subject = sibling("vllm-xpu-sparse")
+    steps = run_program(subject, "cpu", [make_batch([1, 2], [3, 4])], m=8, topk=4)
+    problem = contract.device_uploads_pinned(steps[0].ledger)
+    version = installed_vllm_version()
+    if version in PAGEABLE_UPLOAD_SEEN_ON:
+        assert problem is not None and "PAGEABLE" in problem, steps[0].ledger.render()
+    else:
+        assert problem is None, (
+            f"{PAGEABLE_UPLOAD} reproduced on vLLM {version}, which its record does not list: add it to "
+            f"fixtures/subjects/vllm_xpu_sparse/findings.py and docs/findings.md\n{problem}"
+        )
+
+
+def test_baseline_release_with_a_sibling_is_a_usage_error(run_suite_in):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here")
+    run = run_suite_in("--subject=vllm-xpu-sparse", "--baseline=release", repo("tests/differential"))
+    assert run.ret == 4, run.out
+    assert "subject 'vllm-xpu-sparse' has no release baseline" in run.out
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_EDITS))
+def test_each_family_edit_applies_to_the_installed_file(name, tmp_path):
+    """The kill matrix's family edits (``python -m tools.killmatrix --vllm-family``) still apply to
+    the installed release: each writes its module's file, changed in one place."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not installed here")
+    edit = FAMILY_EDITS[name]
+    for subject in edit.subjects:
+        sibling(subject)  # not applicable on a release without the backend
+    root = write_family_overlay(tmp_path, name)
+    written = root / Path(*edit.module.split(".")).with_suffix(".py")
+    assert edit.new in written.read_text() or not edit.new
+    assert set(edit.subjects) <= set(SIBLINGS)
