@@ -36,6 +36,7 @@ from fixtures.subjects import KNOWN_SUBJECTS, load_subject
 from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
 from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm_version
 from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject
+from fixtures.subjects.vllm.findings import assert_seen_on
 from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
 from oracles import device_work as contract
@@ -194,10 +195,7 @@ def test_flashmla_sparse_build_raises_on_an_empty_batch():
         builder.build(batch)
     assert EMPTY_BATCH.matches(info.value, batch=batch), info.value
     version = installed_vllm_version()
-    assert version in EMPTY_BATCH.seen_on, (
-        f"known finding {EMPTY_BATCH.key} reproduced on vLLM {version}, which its record does not list: add it "
-        "to SEEN_ON in fixtures/subjects/vllm_flashmla_sparse/findings.py and to docs/findings.md"
-    )
+    assert_seen_on(EMPTY_BATCH, version, "fixtures/subjects/vllm_flashmla_sparse/findings.py")
     assert EMPTY_BATCH in subject.known_findings().builder
 
 
