@@ -1,6 +1,7 @@
 """Oracles for the NoPE zero-copy query, in plain torch.
 
 * :func:`expected_forward_path`: which branch ``forward_mqa`` must take.
+* :func:`copy_query_dtype`: the dtype of the copy path's query.
 * :func:`is_contiguous`: row-major contiguity from sizes and strides alone,
   written out here rather than taken from the tensor under test.
 * :func:`assemble_query`: the query the copy path builds (concatenation into
@@ -36,13 +37,20 @@ def is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
+def copy_query_dtype(ql_dtype: torch.dtype, q_pe_dtype: torch.dtype, buffer_dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype of the query the copy path builds: the persistent buffer's, where the forward
+    copies into one (``q_concat_buffer``); else a fresh concatenation's, by torch's type promotion
+    (what ``torch.cat((ql_nope, q_pe), -1)`` gives)."""
+    return buffer_dtype if buffer_dtype is not None else torch.promote_types(ql_dtype, q_pe_dtype)
+
+
 def expected_forward_path(
     *,
     qk_rope_head_dim: int,
     ql_sizes: Sequence[int],
     ql_strides: Sequence[int],
     ql_dtype: torch.dtype,
-    buffer_dtype: torch.dtype,
+    copy_dtype: torch.dtype,
     fp8_cache: bool,
     has_zero_copy: bool = True,
 ) -> str:
@@ -50,17 +58,20 @@ def expected_forward_path(
 
     fp8 caches take the fused concat-and-quantise branch before either other.
     Zero-copy exactly when the rope dim is 0, ``ql_nope`` is contiguous and its
-    dtype is the buffer's (and the implementation has the zero-copy path).
+    dtype is the copy path's query's (:func:`copy_query_dtype`; so ``ql_nope``
+    is the very query the copy would build), and the implementation has the
+    zero-copy path.
     """
     if fp8_cache:
         return "fp8"
-    if has_zero_copy and qk_rope_head_dim == 0 and is_contiguous(ql_sizes, ql_strides) and ql_dtype == buffer_dtype:
+    if has_zero_copy and qk_rope_head_dim == 0 and is_contiguous(ql_sizes, ql_strides) and ql_dtype == copy_dtype:
         return "zero_copy"
     return "copy"
 
 
 def assemble_query(ql_nope: torch.Tensor, q_pe: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
-    """The copy path's query: ``[ql_nope | q_pe]`` along the last dim, in the model dtype."""
+    """The copy path's query: ``[ql_nope | q_pe]`` along the last dim, in ``model_dtype`` (the copy
+    path's dtype, :func:`copy_query_dtype`)."""
     t, h, lora = ql_nope.shape
     rope = q_pe.shape[-1]
     out = torch.empty((t, h, lora + rope), dtype=model_dtype, device=ql_nope.device)

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from fixtures.inputs.forward_cases import LAYOUTS, lay_out
+from fixtures.harness.forward import run_forward
+from fixtures.inputs.forward_cases import LAYOUTS, ForwardCase, build_inputs, lay_out
 from fixtures.models.attention import DownstreamAttention
 from fixtures.models.runtime import GuardedAllocator, GuardViolation
-from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, SubjectError, check_subject
+from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, ForwardResult, SubjectError, check_subject
 
 
 def test_shaped_buffer_is_a_dense_view_with_a_guard_after_its_last_element():
@@ -91,3 +92,45 @@ def test_layouts_hold_the_values_at_the_offset_with_the_claimed_contiguity(layou
     assert t.storage_offset() >= (0 if layout == "bmm" else offset)
     if layout in ("contiguous", "bmm_transposed", "bmm_into_buffer", "expand_tokens", "expand_heads"):
         assert t.storage_offset() == offset
+
+
+class _Bufferless:
+    """A forward without ``q_concat_buffer`` (protocol 7) that hands ``handed`` queries downstream per
+    call and reports ``path``."""
+
+    q_concat_buffer = None
+
+    def __init__(self, config, handed: int, path):
+        self.config, self.handed, self.path = config, handed, path
+
+    def forward_mqa(self, q, kv_cache, metadata):
+        ql_nope, q_pe = q
+        out = torch.zeros(ql_nope.shape[0], self.config.num_heads, self.config.kv_lora_rank)
+        for _ in range(self.handed):
+            out = self.config.attention(torch.cat(q, dim=-1), kv_cache, metadata)
+        return ForwardResult(out, self.path)
+
+
+@pytest.mark.parametrize(
+    "t, handed, path, error",
+    [
+        (0, 0, None, None),  # nothing to attend: a forward may hand nothing
+        (0, 1, "copy", None),
+        (2, 0, None, "exactly once; it did 0 times"),  # tokens, but no call
+        (0, 0, "copy", "handed nothing downstream but reports the 'copy' path"),
+        (2, 2, "copy", "exactly once; it did 2 times"),
+    ],
+)
+def test_a_forward_hands_its_query_downstream_once_or_not_at_all_without_tokens(t, handed, path, error):
+    c = ForwardCase(4, t, t, num_heads=2, kv_lora_rank=4, qk_rope_head_dim=0, model_dtype=torch.float32,
+                    ql_dtype=torch.float32)  # fmt: skip
+    config = ForwardConfig(4, 2, 4, 0, torch.float32, "cpu", allocator=GuardedAllocator(torch.device("cpu")))
+    config.attention = DownstreamAttention(config)
+    inputs = build_inputs(c, torch.device("cpu"))
+    forward = _Bufferless(config, handed, path)
+    if error is None:
+        run = run_forward(config, forward, inputs.ql_nope, inputs)
+        assert (run.call is None) == (handed == 0)
+    else:
+        with pytest.raises(AssertionError, match=error):
+            run_forward(config, forward, inputs.ql_nope, inputs)

@@ -14,10 +14,11 @@ failure (and a kill in the kill matrix) names the property:
   the query is ``ql_nope``'s own memory; zero-copy and fp8 leave
   ``q_concat_buffer`` on its sentinel;
 - ``test_copy_path_writes_only_the_first_T_rows``: on the copy branch the
-  query is ``q_concat_buffer[:T]`` and no row past ``T`` is written;
+  query is ``q_concat_buffer[:T]`` and no row past ``T`` is written (a forward
+  without the buffer: a fresh ``[T, H, D]`` tensor, not ``ql_nope``'s memory);
 - ``test_query_has_the_buffer_dtype_and_the_oracle_values``: the query handed
-  downstream has the buffer's dtype (fp8: the fp8 dtype) and, bit for bit, the
-  oracle's values;
+  downstream has the copy path's dtype (``oracles.nope.copy_query_dtype``: the
+  buffer's; fp8: the fp8 dtype) and, bit for bit, the oracle's values;
 - ``test_forward_leaves_ql_nope_and_q_pe_unchanged``: their storages are
   byte-for-byte unchanged;
 - ``test_zero_copy_and_copy_outputs_are_bit_equal``: the same values give the
@@ -31,7 +32,11 @@ failure (and a kill in the kill matrix) names the property:
   same bits as the vLLM release's ``forward_mqa``.
 
 A property is checked against the branch the forward took, so a wrong branch
-fails the first test only.  On CPU the downstream attention is the reference
+fails the first test only.  A call without tokens that hands nothing
+downstream (nothing to attend) has nothing to check beyond its empty output
+(``fixtures.harness.forward.run_forward``); a subject whose ``forward_mqa``
+takes ``ql_nope`` in the model dtype only (``query_in_model_dtype_only``, with
+its reason) counts a case with another ``ql_nope`` dtype as not applicable.  On CPU the downstream attention is the reference
 sparse MLA forward (``oracles.nope.sparse_mla_forward``), standing in for the
 GPU kernel that cannot run here; on a GPU a subject's own kernel runs
 (``fixtures.models.attention.DownstreamAttention``).
@@ -42,12 +47,14 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import event, example, given, note
+from hypothesis import event, example, given, note, reject
 
 from fixtures.harness.compare import assert_bits_equal
+from fixtures.harness.findings import announce, match_output_finding
 from fixtures.harness.forward import (
     ForwardRun,
     assert_handed_metadata,
+    copy_dtype,
     new_forward,
     pass_over_path_finding,
     run_forward,
@@ -92,22 +99,23 @@ if FP8_DTYPE is not None:
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
 
-def expected_path(c: ForwardCase, ql: torch.Tensor, subject) -> str:
+def expected_path(c: ForwardCase, ql: torch.Tensor, dtype: torch.dtype, subject) -> str:
+    """The legality oracle's branch for ``ql``; ``dtype``: the copy path's query's."""
     return oracle.expected_forward_path(
         qk_rope_head_dim=c.qk_rope_head_dim,
         ql_sizes=ql.shape,
         ql_strides=ql.stride(),
         ql_dtype=ql.dtype,
-        buffer_dtype=c.model_dtype,
+        copy_dtype=dtype,
         fp8_cache=c.kv_cache_dtype == "fp8",
         has_zero_copy=NOPE_ZERO_COPY in subject.capabilities,
     )
 
 
-def oracle_query(c: ForwardCase, values: torch.Tensor, q_pe: torch.Tensor) -> torch.Tensor:
+def oracle_query(c: ForwardCase, values: torch.Tensor, q_pe: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if c.kv_cache_dtype == "fp8":
         return oracle.quantize_fp8_query(values, q_pe, c.q_scale, FP8_DTYPE)
-    return oracle.assemble_query(values, q_pe, c.model_dtype)
+    return oracle.assemble_query(values, q_pe, dtype)
 
 
 @dataclass
@@ -121,21 +129,22 @@ class Seen:
     path: str  # the oracle's branch
     run: ForwardRun
     query: torch.Tensor  # the oracle's query for these values
+    copy_dtype: torch.dtype  # the copy path's query's dtype (oracles.nope.copy_query_dtype)
 
     @property
     def taken(self) -> str:
         return self.run.result.path
 
 
-def other_path_twin(path: str, values: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
+def other_path_twin(path: str, values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The same query values laid out to take the other branch (rope dim 0, non-fp8 only).
 
     After a zero-copy: a strided copy (non-contiguous).  After a copy: a fresh
-    contiguous tensor of the buffer's dtype holding what the copy path wrote.
+    contiguous tensor of the copy path's dtype holding what the copy path built.
     """
     if path == "zero_copy":
         return lay_out(values, "last_stride_2", 0)
-    return values.to(model_dtype).contiguous().clone()
+    return values.to(dtype).contiguous().clone()
 
 
 def has_both_branches(c: ForwardCase) -> bool:
@@ -146,24 +155,33 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> It
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
     Stops, after the finding's warning, when the branch taken is a known
-    finding's on these inputs (``fixtures.harness.findings``)."""
+    finding's on these inputs (``fixtures.harness.findings``).  Yields nothing
+    for a call without tokens that handed nothing downstream."""
+    only = getattr(subject, "query_in_model_dtype_only", None)
+    if only and c.ql_dtype != c.model_dtype:
+        event(f"not applicable: ql_nope in another dtype than the model's: {only}")
+        reject()
     config, forward = new_forward(subject, c, device)
     inputs = build_inputs(c, device)
     ql = inputs.ql_nope
     values = ql.contiguous().clone()
-    path = expected_path(c, ql, subject)
+    dtype = copy_dtype(forward, ql, inputs.q_pe)
+    path = expected_path(c, ql, dtype, subject)
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
     calls = [(ql, path, values)]
     if has_both_branches(c):
-        twin = other_path_twin(path, values, c.model_dtype)
-        calls.append((twin, expected_path(c, twin, subject), twin.contiguous()))
+        twin = other_path_twin(path, values, dtype)
+        calls.append((twin, expected_path(c, twin, copy_dtype(forward, twin, inputs.q_pe), subject), twin.contiguous()))
         note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][1]}")
     for tensor, want, vals in calls:
         run = run_forward(config, forward, tensor, inputs, watch=watch, subject=subject)
+        if run.call is None:
+            continue
         if run.result.path != want and pass_over_path_finding(subject, c, tensor, run.result.path, want):
             return
-        yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe))
+        dtype = copy_dtype(forward, tensor, inputs.q_pe)
+        yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe, dtype), dtype)
 
 
 def nope_property(cases=tuple(PINNED)):
@@ -192,7 +210,7 @@ def test_zero_copy_hands_ql_nope_itself_downstream(c, subject, device):
         if seen.taken == "zero_copy":
             assert same_place(q, seen.ql), "zero-copy path: the query handed downstream is not ql_nope's memory"
             assert tuple(q.shape) == tuple(seen.ql.shape), f"zero-copy: query shape {tuple(q.shape)} != ql_nope's"
-        if seen.taken in ("zero_copy", "fp8"):
+        if seen.taken in ("zero_copy", "fp8") and buf is not None:
             written = (~is_sentinel(buf)).nonzero()
             assert not len(written), f"{seen.taken} path wrote q_concat_buffer, first at {tuple(written[0].tolist())}"
 
@@ -217,6 +235,12 @@ def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
         if seen.taken != "copy":
             continue
         q, buf, t = seen.run.call.q, seen.forward.q_concat_buffer, c.num_tokens
+        if buf is None:  # a fresh concatenation
+            shape = (t, c.num_heads, c.kv_lora_rank + c.qk_rope_head_dim)
+            assert tuple(q.shape) == shape, f"copy path: the query handed downstream is {tuple(q.shape)}, not {shape}"
+            shared = q.untyped_storage().data_ptr() == seen.ql.untyped_storage().data_ptr()
+            assert not shared or not q.numel(), "copy path: the query handed downstream lies in ql_nope's storage"
+            continue
         assert same_place(q, buf) and tuple(q.shape) == (t, *buf.shape[1:]), (
             f"copy path: the query handed downstream ({tuple(q.shape)}) is not q_concat_buffer[:T={t}]"
         )
@@ -229,7 +253,7 @@ def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
 def test_query_has_the_buffer_dtype_and_the_oracle_values(c, subject, device):
     for seen in forward_calls(c, subject, device):
         q = seen.run.call.q
-        want = FP8_DTYPE if seen.taken == "fp8" else seen.forward.q_concat_buffer.dtype
+        want = FP8_DTYPE if seen.taken == "fp8" else seen.copy_dtype
         assert q.dtype == want, f"{seen.taken} path handed a {q.dtype} query downstream; expected {want}"
         assert_bits_equal(seen.run.call.q_values, seen.query, f"{seen.taken} path: query values handed downstream")
 
@@ -259,9 +283,16 @@ def test_attention_reads_the_steps_kv_indices(c, subject, device):
         assert_handed_metadata(seen.run.call.metadata, seen.inputs.metadata)
 
 
-def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torch.Tensor) -> None:
+def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torch.Tensor, subject) -> None:
+    """The output is ``[T, H, kv_lora_rank]`` in the model dtype (a wrong dtype that is a known finding's
+    is passed over, with its warning) and close to the reference's."""
     n = c.num_actual_tokens
     shape = (c.num_tokens, c.num_heads, c.kv_lora_rank)
+    if output.dtype != c.model_dtype:
+        finding = match_output_finding(subject, output_dtype=output.dtype, model_dtype=c.model_dtype)
+        if finding is not None:
+            announce(finding)
+            return
     assert tuple(output.shape) == shape and output.dtype == c.model_dtype, (
         f"output is {output.dtype} {tuple(output.shape)}, expected {c.model_dtype} {shape}"
     )
@@ -279,7 +310,7 @@ def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torc
 @given(c=forward_cases())
 def test_output_matches_the_reference_forward(c, subject, device):
     for seen in forward_calls(c, subject, device):
-        check_output_close(c, seen.inputs, seen.run.result.output, seen.query)
+        check_output_close(c, seen.inputs, seen.run.result.output, seen.query, subject)
 
 
 @pytest.fixture(scope="session")
@@ -314,4 +345,5 @@ def test_forward_kernel_runs_on_gpu(c, subject, device):
     run = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject)
     if not run.call.used_kernel:
         pytest.skip(f"not applicable: subject {subject.name!r} passes no attention kernel of its own")
-    check_output_close(c, inputs, run.result.output, oracle_query(c, inputs.ql_nope.contiguous(), inputs.q_pe))
+    query = oracle_query(c, inputs.ql_nope.contiguous(), inputs.q_pe, copy_dtype(forward, inputs.ql_nope, inputs.q_pe))
+    check_output_close(c, inputs, run.result.output, query, subject)

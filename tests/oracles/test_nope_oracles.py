@@ -38,7 +38,7 @@ TRANSPOSED = dict(ql_sizes=(3, 2, 4), ql_strides=(4, 12, 1))
 
 
 @pytest.mark.parametrize(
-    "rope, layout, ql_dtype, buffer_dtype, fp8, has_zero_copy, path",
+    "rope, layout, ql_dtype, copy_dtype, fp8, has_zero_copy, path",
     [
         (0, DENSE, BF16, BF16, False, True, "zero_copy"),  # all three conditions hold
         (0, DENSE, FP16, FP16, False, True, "zero_copy"),
@@ -54,16 +54,33 @@ TRANSPOSED = dict(ql_sizes=(3, 2, 4), ql_strides=(4, 12, 1))
         (0, dict(ql_sizes=(0, 3, 4), ql_strides=(99, 12, 1)), BF16, BF16, False, True, "zero_copy"),  # empty batch
     ],
 )
-def test_expected_forward_path(rope, layout, ql_dtype, buffer_dtype, fp8, has_zero_copy, path):
+def test_expected_forward_path(rope, layout, ql_dtype, copy_dtype, fp8, has_zero_copy, path):
     got = oracle.expected_forward_path(
         qk_rope_head_dim=rope,
         ql_dtype=ql_dtype,
-        buffer_dtype=buffer_dtype,
+        copy_dtype=copy_dtype,
         fp8_cache=fp8,
         has_zero_copy=has_zero_copy,
         **layout,
     )
     assert got == path
+
+
+@pytest.mark.parametrize(
+    "ql_dtype, q_pe_dtype, buffer_dtype, want",
+    [
+        (FP32, BF16, BF16, BF16),  # a persistent buffer: its dtype, whatever the inputs'
+        (BF16, BF16, FP16, FP16),
+        (BF16, BF16, None, BF16),  # a fresh concatenation: torch's promotion
+        (FP32, BF16, None, FP32),
+        (FP16, BF16, None, FP32),  # neither input's dtype
+    ],
+)
+def test_copy_query_dtype(ql_dtype, q_pe_dtype, buffer_dtype, want):
+    assert oracle.copy_query_dtype(ql_dtype, q_pe_dtype, buffer_dtype) == want
+    if buffer_dtype is None:  # the rule is torch.cat's, an empty q_pe (rope dim 0) included
+        cat = torch.cat((torch.zeros(1, 1, 2, dtype=ql_dtype), torch.zeros(1, 1, 0, dtype=q_pe_dtype)), dim=-1)
+        assert cat.dtype == want
 
 
 def test_assemble_query_concatenates_into_the_model_dtype():
