@@ -20,11 +20,15 @@ import torch
 
 from fixtures import ROOT
 from fixtures.harness.device_work import run_program
+from fixtures.harness.forward import new_forward, run_forward
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs.batches import make_batch
+from fixtures.inputs.forward_cases import ForwardCase, build_inputs
 from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import (
     HOST_PATH,
+    NOPE_FORWARD,
+    NOPE_ZERO_COPY,
     PAGED_KV_METADATA,
     PERSISTENT_BUFFERS,
     StepResult,
@@ -35,8 +39,11 @@ from fixtures.protocol import (
 from fixtures.subjects import KNOWN_SUBJECTS, load_subject
 from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
 from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm_version
-from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject
+from fixtures.subjects.vllm.config import StandIn
+from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject, release_tuple
 from fixtures.subjects.vllm.findings import assert_seen_on
+from fixtures.subjects.vllm.sparse_forward import KernelStandIn
+from fixtures.subjects.vllm_flashinfer_sparse.findings import BF16_OUTPUT
 from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
 from oracles import device_work as contract
@@ -249,3 +256,71 @@ def test_each_family_edit_applies_to_the_installed_file(name, tmp_path):
     written = root / Path(*edit.module.split(".")).with_suffix(".py")
     assert edit.new in written.read_text() or not edit.new
     assert set(edit.subjects) <= set(SIBLINGS)
+
+
+# ----- FlashInfer's forward_mqa (fixtures/subjects/vllm/sparse_forward.py) -------
+def flashinfer_forward(model_dtype: torch.dtype, t: int = 2, heads: int = 4, lora: int = 8, **kw):
+    """The real FlashInferMLASparseImpl.forward_mqa on a NoPE layer, the step's keys drawn from its seed."""
+    subject = sibling("vllm-flashinfer-sparse")
+    c = ForwardCase(4, t, t, num_heads=heads, kv_lora_rank=lora, qk_rope_head_dim=0, model_dtype=model_dtype,
+                    ql_dtype=model_dtype, **kw)  # fmt: skip
+    config, forward = new_forward(subject, c, torch.device("cpu"))
+    inputs = build_inputs(c, torch.device("cpu"))
+    return subject, c, config, forward, inputs
+
+
+def test_flashinfer_sparse_forward_hands_the_kernel_the_steps_rows_through_vllms_remap():
+    """The kernel stand-in reads back, from what vLLM's remap handed the kernel, exactly the step's
+    keys (so the NoPE properties compare real remapped rows), and the zero-copy query is ql_nope."""
+    subject, c, config, forward, inputs = flashinfer_forward(torch.bfloat16)
+    assert forward.q_concat_buffer is None
+    run = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject)
+    if NOPE_ZERO_COPY in subject.capabilities:
+        assert run.result.path == "zero_copy" and run.call.q.data_ptr() == inputs.ql_nope.data_ptr()
+    else:  # a release before the branch: the torch.cat copy
+        assert run.result.path == "copy" and torch.equal(run.call.q, inputs.ql_nope)
+    handed, given = run.call.metadata, inputs.metadata
+    assert torch.equal(handed.paged_kv_indptr, given.paged_kv_indptr[: c.num_tokens + 1])
+    assert torch.equal(handed.paged_kv_indices, given.paged_kv_indices[: given.live])
+
+
+def test_flashinfer_sparse_kernel_stand_in_refuses_rows_outside_the_cache():
+    """A remap that hands the kernel a row past the cache fails naming the metadata, not an IndexError."""
+    _, _, config, forward, inputs = flashinfer_forward(torch.bfloat16)
+    stand_in = KernelStandIn(forward, inputs.kv_cache, StandIn("metadata", num_actual_tokens=1))
+    with pytest.raises(AssertionError, match="paged_kv_indices handed downstream: .* row 9 at index 1"):
+        stand_in.handed_metadata(torch.tensor([[0, 9, -1]], dtype=torch.int32), torch.tensor([2]), 8)
+
+
+def test_flashinfer_sparse_forward_returns_bf16_for_fp16():
+    """Finding, pinned (``flashinfer-sparse-bf16-output``, docs/findings.md): vLLM 0.34.0's
+    FlashInferMLASparseImpl returns a float16 layer's output as bfloat16, which MLAAttention's own
+    ``_v_up_proj`` then cannot multiply with the float16 ``W_UV``."""
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    subject, c, config, forward, inputs = flashinfer_forward(torch.float16)
+    output = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject).result.output
+    version = installed_vllm_version()
+    if output.dtype == torch.float16:
+        assert version not in BF16_OUTPUT.seen_on, f"{BF16_OUTPUT.key} no longer reproduces on vLLM {version}"
+        return
+    assert output.dtype == torch.bfloat16 and BF16_OUTPUT.matches(
+        subject, output_dtype=output.dtype, model_dtype=torch.float16
+    )
+    assert_seen_on(BF16_OUTPUT, version, "fixtures/subjects/vllm_flashinfer_sparse/findings.py")
+    v_head_dim = 16
+    layer = StandIn("MLAAttention", num_heads=c.num_heads, kv_lora_rank=c.kv_lora_rank, v_head_dim=v_head_dim,
+                    W_UV=torch.zeros(c.num_heads, c.kv_lora_rank, v_head_dim, dtype=torch.float16),
+                    is_aiter_triton_fp4_bmm_enabled=False, is_aiter_triton_fp8_bmm_enabled=False,
+                    is_amx_bmm_enabled=False)  # fmt: skip
+    out = torch.empty(c.num_tokens, c.num_heads * v_head_dim, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="expected scalar type BFloat16 but found Half"):
+        MLAAttention._v_up_proj(layer, output, out)
+
+
+def test_flashinfer_sparse_forward_without_the_zero_copy_branch_before_0_30():
+    """The zero-copy capability follows the release its branch arrived in (``zero_copy_since``)."""
+    subject = sibling("vllm-flashinfer-sparse")
+    has = release_tuple(installed_vllm_version()) >= release_tuple(subject.zero_copy_since)
+    assert (NOPE_ZERO_COPY in subject.capabilities) == has and NOPE_FORWARD in subject.capabilities
+    assert release_tuple("0.34.0+cpu") == (0, 34, 0) and release_tuple("0.29.0") < release_tuple("0.30.0")
