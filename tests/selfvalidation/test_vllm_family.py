@@ -296,9 +296,9 @@ def test_flashinfer_sparse_forward_returns_bf16_for_fp16():
     """Finding, pinned (``flashinfer-sparse-bf16-output``, docs/findings.md): vLLM 0.34.0's
     FlashInferMLASparseImpl returns a float16 layer's output as bfloat16, which MLAAttention's own
     ``_v_up_proj`` then cannot multiply with the float16 ``W_UV``."""
+    subject, c, config, forward, inputs = flashinfer_forward(torch.float16)  # not applicable without vLLM
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
-    subject, c, config, forward, inputs = flashinfer_forward(torch.float16)
     output = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject).result.output
     version = installed_vllm_version()
     if output.dtype == torch.float16:
