@@ -42,7 +42,7 @@ from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm
 from fixtures.subjects.vllm.config import StandIn
 from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject, release_tuple
 from fixtures.subjects.vllm.findings import assert_seen_on
-from fixtures.subjects.vllm.sparse_forward import KernelStandIn
+from fixtures.subjects.vllm.sparse_forward import KernelStandIn, same_storage
 from fixtures.subjects.vllm_flashinfer_sparse.findings import BF16_OUTPUT
 from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
@@ -324,3 +324,22 @@ def test_flashinfer_sparse_forward_without_the_zero_copy_branch_before_0_30():
     has = release_tuple(installed_vllm_version()) >= release_tuple(subject.zero_copy_since)
     assert (NOPE_ZERO_COPY in subject.capabilities) == has and NOPE_FORWARD in subject.capabilities
     assert release_tuple("0.34.0+cpu") == (0, 34, 0) and release_tuple("0.29.0") < release_tuple("0.30.0")
+
+
+def test_flashinfer_sparse_kernel_lengths_accept_only_the_guard_of_an_empty_row():
+    """vLLM 0.30.0-0.32.0 tell the no-rope kernel one dummy key for an empty row (and zero its output
+    after): the stand-in hands that row on as empty; any other disagreement with the remap's counts fails."""
+    valid = torch.tensor([2, 0, 3], dtype=torch.int32)
+    assert torch.equal(KernelStandIn.active_lengths(valid, None), valid)
+    assert torch.equal(KernelStandIn.active_lengths(valid, valid.clamp(min=1)), valid)
+    for told in ([2, 0, 2], [2, 2, 3], [1, 0, 3]):
+        with pytest.raises(AssertionError, match="the kernel was told top-k lengths"):
+            KernelStandIn.active_lengths(valid, torch.tensor(told, dtype=torch.int32))
+
+
+def test_an_empty_copy_is_told_from_an_empty_ql_nope_by_its_storage():
+    """Empty tensors all have data pointer 0; the forward's branch on a call without tokens is read
+    off the storage itself (a release's torch.cat of two empty parts is a copy, not ql_nope)."""
+    ql = torch.empty(0, 2, 4)
+    assert same_storage(ql.unsqueeze(1)[0:0][:, 0], ql)
+    assert not same_storage(torch.cat((ql, torch.empty(0, 2, 0)), dim=-1), ql)
