@@ -36,7 +36,8 @@ fails the first test only.  A call without tokens that hands nothing
 downstream (nothing to attend) has nothing to check beyond its empty output
 (``fixtures.harness.forward.run_forward``); a subject whose ``forward_mqa``
 takes ``ql_nope`` in the model dtype only (``query_in_model_dtype_only``, with
-its reason) counts a case with another ``ql_nope`` dtype as not applicable.  On CPU the downstream attention is the reference
+its reason) counts a case with another ``ql_nope`` dtype as not applicable.
+On CPU the downstream attention is the reference
 sparse MLA forward (``oracles.nope.sparse_mla_forward``), standing in for the
 GPU kernel that cannot run here; on a GPU a subject's own kernel runs
 (``fixtures.models.attention.DownstreamAttention``).
@@ -61,7 +62,7 @@ from fixtures.harness.forward import (
 )
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
 from fixtures.models.runtime import is_sentinel
-from fixtures.models.tensors import same_place, storage_bytes
+from fixtures.models.tensors import same_place, same_storage, storage_bytes
 from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY
 from oracles import nope as oracle
 
@@ -165,22 +166,26 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> It
     inputs = build_inputs(c, device)
     ql = inputs.ql_nope
     values = ql.contiguous().clone()
-    dtype = copy_dtype(forward, ql, inputs.q_pe)
-    path = expected_path(c, ql, dtype, subject)
+
+    def planned(tensor: torch.Tensor, vals: torch.Tensor):
+        """``tensor``, its values, its copy path's dtype and the oracle's branch for it."""
+        dtype = copy_dtype(forward, tensor, inputs.q_pe)
+        return tensor, vals, dtype, expected_path(c, tensor, dtype, subject)
+
+    calls = [planned(ql, values)]
+    path, dtype = calls[0][3], calls[0][2]
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
-    calls = [(ql, path, values)]
     if has_both_branches(c):
         twin = other_path_twin(path, values, dtype)
-        calls.append((twin, expected_path(c, twin, copy_dtype(forward, twin, inputs.q_pe), subject), twin.contiguous()))
-        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][1]}")
-    for tensor, want, vals in calls:
+        calls.append(planned(twin, twin.contiguous()))
+        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][3]}")
+    for tensor, vals, dtype, want in calls:
         run = run_forward(config, forward, tensor, inputs, watch=watch, subject=subject)
         if run.call is None:
             continue
         if run.result.path != want and pass_over_path_finding(subject, c, tensor, run.result.path, want):
             return
-        dtype = copy_dtype(forward, tensor, inputs.q_pe)
         yield Seen(c, forward, inputs, tensor, want, run, oracle_query(c, vals, inputs.q_pe, dtype), dtype)
 
 
@@ -238,7 +243,7 @@ def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
         if buf is None:  # a fresh concatenation
             shape = (t, c.num_heads, c.kv_lora_rank + c.qk_rope_head_dim)
             assert tuple(q.shape) == shape, f"copy path: the query handed downstream is {tuple(q.shape)}, not {shape}"
-            shared = q.untyped_storage().data_ptr() == seen.ql.untyped_storage().data_ptr()
+            shared = same_storage(q, seen.ql)
             assert not shared or not q.numel(), "copy path: the query handed downstream lies in ql_nope's storage"
             continue
         assert same_place(q, buf) and tuple(q.shape) == (t, *buf.shape[1:]), (
