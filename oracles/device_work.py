@@ -15,7 +15,9 @@ host path (a pure-decode step that takes it)
       decode batch grows past what the buffer already holds
       (:class:`oracles.step.ReqIdExtent`), none otherwise, and no other
       device-to-device copy;
-    * no device-to-host read and no stream synchronisation;
+    * no sync: no device-to-host read, no stream synchronisation and no
+      blocking host-to-device copy (``non_blocking=False``, or a source in
+      pageable memory, which the runtime makes blocking);
     * at most one event wait, issued before the upload (the pinned buffer is
       rewritten between the two);
     * its device work does not grow with the batch: two host-path steps that
@@ -23,14 +25,19 @@ host path (a pure-decode step that takes it)
 
 device path (every other step)
     * every non-blocking host-to-device copy reads pinned memory;
-    * no device-to-host read outside vLLM's ``gpu_sync_allowed`` regions.
+    * no sync (a device-to-host read, a stream synchronisation, a blocking
+      host-to-device copy) outside vLLM's ``gpu_sync_allowed`` regions.
+
+Each problem names the operations that break the clause, each with the
+subject's source line that issued it.
 
 The change's claim, checked as a floor on the saving per pure-decode step
 against the release's device path on the same batch: :data:`CLAIMED_SAVING`.
 
 A ledger here is anything with ``ops`` (entries with ``kind``, ``what``,
-``buffer``, ``pinned``, ``blocking``, ``sync_allowed``) and ``of(kind)``: the
-type lives in ``fixtures/models/ledger.py``, a layer above the oracles.
+``buffer``, ``pinned``, ``blocking``, ``sync_allowed``, ``is_sync``) and
+``of(kind)``: the type lives in ``fixtures/models/ledger.py``, a layer above
+the oracles.
 """
 
 from __future__ import annotations
@@ -94,10 +101,15 @@ def host_req_id_copy(ledger, may_copy: bool) -> str | None:
     return None
 
 
+def syncs(ledger) -> list:
+    """The operations the host waits for: reads back, stream synchronisations, blocking copies to the device."""
+    return [op for op in ledger.ops if op.is_sync]
+
+
 def host_no_sync(ledger) -> str | None:
-    syncs = ledger.of("d2h") + ledger.of("stream_sync")
-    if syncs:
-        return f"the host path waited for the device: {', '.join(map(str, syncs))}"
+    found = syncs(ledger)
+    if found:
+        return f"the host path waited for the device: {', '.join(map(str, found))}"
     return None
 
 
@@ -142,9 +154,9 @@ def device_uploads_pinned(ledger) -> str | None:
 
 
 def device_no_unallowed_sync(ledger) -> str | None:
-    bad = [op for op in ledger.of("d2h") + ledger.of("stream_sync") if not op.sync_allowed]
+    bad = [op for op in syncs(ledger) if not op.sync_allowed]
     if bad:
-        return f"device-to-host syncs outside gpu_sync_allowed: {', '.join(map(str, bad))}"
+        return f"syncs outside gpu_sync_allowed (a blocking copy is one): {', '.join(map(str, bad))}"
     return None
 
 
