@@ -28,7 +28,11 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   ``--summary-json``; an overlay run that did not start says why) and the
   vLLM selftests (``junit-vllm-<release>-self.xml``);
 * ``release-matrix-properties``: each property's verdict per release, for the
-  release and the post-change file.
+  release and the post-change file;
+* ``sizes``: per property and run (``summary-{cpu,vllm-overlay,vllm-release}.json``,
+  ``scale`` of :mod:`fixtures.harness.scale`), the largest step it built
+  (requests, tokens, ``M``) and the examples whose launches reached past each
+  kernel's second tile.
 
 Text outside the markers (the narrative, numbers measured by hand) is kept as
 written.  A section whose reports are missing is left as it was and named on
@@ -266,7 +270,34 @@ def release_property_rows(reports: Path) -> list[str] | None:
     return rows
 
 
+SIZE_RUNS = ("cpu", "vllm-overlay", "vllm-release")
+
+
+def size_rows(reports: Path) -> list[str] | None:
+    runs = {run: reports / f"summary-{run}.json" for run in SIZE_RUNS}
+    runs = {run: json.loads(path.read_text()) for run, path in runs.items() if path.exists()}
+    if not runs:
+        return None
+    rows = [
+        "| property | run | requests | tokens | M | examples past a kernel's second tile |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    names = sorted({n for summary in runs.values() for n, p in summary["properties"].items() if p.get("scale")})
+    for name in names:
+        for run, summary in runs.items():
+            record = summary["properties"].get(name, {}).get("scale")
+            if not record:
+                continue
+            crossed = ", ".join(f"`{k}` {n}" for k, n in sorted(record["crossed"].items())) or "none"
+            rows.append(
+                f"| `{name.removeprefix('tests/')}` | `{run}` | {record['requests']} | {record['tokens']} "
+                f"| {record['m']} | {crossed} |"
+            )
+    return rows
+
+
 GENERATORS = {
+    "sizes": size_rows,
     "release-matrix": release_matrix_rows,
     "release-matrix-properties": release_property_rows,
     "junit": junit_rows,

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import example, given, note
 
+from fixtures.harness import scale
 from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal, compare_state
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
@@ -56,6 +57,15 @@ PINNED = [
     Case("multi_token_decode", 5, 8, make_batch([4, 2], [4, 6], decode_threshold=SPEC), True),
     Case("multi_token_decode", 5, 8, make_batch([4], [4], decode_threshold=SPEC, cudagraph_pad=8), True),
 ]
+# vLLM's sizes (fixtures.inputs.sizes): a decode step of max_num_seqs requests on the largest builder, a
+# CUDA-graph padded step at the largest default capture size, a prefill of max_num_batched_tokens
+# tokens; context lengths cycle through the clamp edges of 2048.
+CLAMP_EDGES = [1, 2047, 2048, 2049, 4096, INT32_MAX]
+PINNED_LARGE = [
+    decode_case([CLAMP_EDGES[i % 6] for i in range(1024)], 2048, m=16384),
+    Case("padded", 2048, 512, make_batch([1] * 500, [CLAMP_EDGES[i % 6] for i in range(500)], cudagraph_pad=512)),
+    Case("prefill", 2048, 8192, make_batch([8192], [10000])),
+]
 
 
 def step_view_tokens(result, batch) -> int:
@@ -81,13 +91,14 @@ def with_examples(cases_):
 
 @pytest.mark.needs(DEVICE_KERNEL)
 @given(case=cases(kinds=BATCH_KINDS))
-@with_examples(PINNED)
+@with_examples(PINNED + PINNED_LARGE)
 def test_device_kernel_matches_oracle(subject, device, case):
     """Property 1: the device seqlen kernel equals the oracle on every batch kind."""
     batch = case.batch
     n = batch.num_actual_tokens
     alloc = GuardedAllocator(device)
     out = alloc.zeros("sparse_seqlen_out", n, torch.int32)
+    scale.saw_step(batch.num_reqs, n, case.max_num_batched_tokens)
     with count_triton_launches() as launches:
         subject.sparse_seqlen(batch, case.topk, out)
     note(f"launches: {dict(launches)}")
@@ -100,7 +111,7 @@ def test_device_kernel_matches_oracle(subject, device, case):
 @pytest.mark.costly
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
 @given(case=cases(kinds=("pure_decode", "padded")))
-@with_examples([c for c in PINNED if c.kind in ("pure_decode", "padded")])
+@with_examples([c for c in PINNED + PINNED_LARGE if c.kind in ("pure_decode", "padded")])
 def test_host_path_equals_device_path_and_oracle(subject, device, case):
     """Property 2: on pure-decode batches the host path, the device path and the
     oracle agree bit for bit over the whole M + 1 indptr buffer, tail included."""
@@ -112,7 +123,8 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
     results = {}
     for pin_memory in (True, False):
         config = new_config(device, m, topk, pin_memory=pin_memory)
-        builder = subject.make_builder(config)
+        # The release beside the subject (a baseline run) computes its device path once, beside the first.
+        builder = (subject if pin_memory else getattr(subject, "unpaired", subject)).make_builder(config)
         step = run_step(builder, batch, config, subject)
         path = expected_path(batch, speculative=False, pin_memory=pin_memory)
         assert step.result.path == path, f"pin_memory={pin_memory}: took {step.result.path} path, oracle says {path}"
@@ -128,7 +140,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
 
 @pytest.mark.needs(DEVICE_PATH)
 @given(case=cases(kinds=BATCH_KINDS))
-@with_examples(PINNED)
+@with_examples(PINNED + PINNED_LARGE)
 def test_step_metadata_matches_oracle(subject, device, case):
     """Property 3 (and the rest of a step): req_id_per_token and, with
     ``paged_kv_metadata``, qo_indptr, paged_kv_last_page_len and

@@ -40,9 +40,10 @@ from hypothesis import strategies as st
 
 from fixtures.harness.compare import assert_int32_equal, compare_state
 from fixtures.harness.step import check_seqlen_launches, new_config, run_step
-from fixtures.inputs.batches import make_batch
+from fixtures.inputs import sizes
+from fixtures.inputs.batches import INT32_MAX, make_batch
 from fixtures.inputs.steps import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
-from fixtures.inputs.strategies import note_padded
+from fixtures.inputs.strategies import MANY, bulk_seq_lens, note_padded
 from fixtures.plugin.profiles import sized
 from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for, unwritten_past_step
 from oracles import metadata as oracle
@@ -51,6 +52,7 @@ from oracles.step import expected_indptr, expected_path, expected_state
 M = 8
 TOPK = 64
 SEQ_LENS = [5, 64, 65, 3000]
+SPEC_THRESHOLD = decode_threshold_for(True)
 CONFIG_TOGGLES = {"speculative_config": dict(speculative=True), "no_pinned_memory": dict(pin_memory=False)}
 # The clauses of oracles.metadata.HostPathClauses each toggle breaks, in the
 # order HostPathClauses.failing() lists them (see the module docstring).
@@ -117,18 +119,38 @@ def test_each_clause_alone_gates_the_host_path(subject, device, toggle):
 
 # Sized as "gating" (fixtures/plugin/profiles.py): each example runs a seqlen kernel in the
 # Triton interpreter; the fixed table above covers every clause on every run.
+@st.composite
+def gated_seq_lens(draw, min_value: int = 1):
+    """Context lengths of 1 to 4 decodes; rarely (``sizes.KERNEL_HEAVY``: a device-path step runs the
+    seqlen kernel over every request) of hundreds (vLLM's sizes), at the clamp edges of 2048."""
+    if draw(sizes.at_scale(sizes.KERNEL_HEAVY)):
+        n = draw(sizes.count(MANY, sizes.MAX_NUM_SEQS))
+        return [max(min_value, s) for s in draw(bulk_seq_lens([1] * n, 2048))]
+    return draw(st.lists(context_lens(min_value), min_size=1, max_size=4))
+
+
+def builder_m(batch) -> int:
+    """``M``, or the batch's tokens and one more where that is larger (the tail is never empty)."""
+    return max(M, batch.num_actual_tokens + 1)
+
+
+MANY_SEQ_LENS = [(1, 2047, 2048, 2049, INT32_MAX)[i % 5] for i in range(sizes.MAX_NUM_SEQS)]
+
+
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
 @sized("gating")
 @given(
-    seq_lens=st.lists(context_lens(), min_size=1, max_size=4),
+    seq_lens=gated_seq_lens(),
     toggle=st.sampled_from([None, *CONFIG_TOGGLES, *CLAUSE_TOGGLES]),
     topk=st.sampled_from([1, 2, 64, 2048]),
 )
 @example(seq_lens=[1], toggle="a_prefill", topk=1)
 @example(seq_lens=[1], toggle="empty_batch", topk=1)
+@example(seq_lens=MANY_SEQ_LENS, toggle=None, topk=2048)
+@example(seq_lens=MANY_SEQ_LENS, toggle="a_prefill", topk=2048)
 def test_path_and_launches_follow_the_predicate(subject, device, seq_lens, toggle, topk):
     config_kwargs, batch = toggled(seq_lens, toggle)
-    check_gated_step(subject, device, config_kwargs, batch, topk, M)
+    check_gated_step(subject, device, config_kwargs, batch, topk, builder_m(batch))
 
 
 @pytest.mark.needs(DEVICE_PATH, PAGED_KV_METADATA)
@@ -159,13 +181,15 @@ def test_overstated_upper_bound_would_diverge_from_device_path(subject, device):
         st.lists(context_lens(), max_size=M).map(
             lambda s: make_batch([1] * len(s), s, decode_threshold=decode_threshold_for(True))
         ),
+        gated_seq_lens().map(lambda s: make_batch([1] * len(s), s, decode_threshold=decode_threshold_for(True))),
     ),
     topk=st.sampled_from([1, 2, 64, 2048]),
 )
+@example(batch=make_batch([1] * len(MANY_SEQ_LENS), MANY_SEQ_LENS, decode_threshold=SPEC_THRESHOLD), topk=2048)
 def test_speculative_config_never_takes_host_path(subject, device, batch, topk):
-    """Even on a pure-decode batch (exact or overstated bound), a speculative
+    """Even on a pure-decode batch (exact or overstated bound; up to max_num_seqs requests), a speculative
     config takes the device path, and its result follows the real seq_lens."""
-    path = check_gated_step(subject, device, {"speculative": True}, batch, topk, M)
+    path = check_gated_step(subject, device, {"speculative": True}, batch, topk, builder_m(batch))
     assert path == "device"
 
 
@@ -186,6 +210,13 @@ PADDED = {
         make_batch([SPEC], [3000], decode_threshold=SPEC, cudagraph_pad=2 * SPEC),
         "device",
     ),
+    # vLLM's sizes: the largest default capture size (fixtures.inputs.sizes.capture_sizes), 512 tokens
+    "largest_capture_size": ({}, make_batch([1] * 500, MANY_SEQ_LENS[:500], cudagraph_pad=512), "host"),
+    "speculative_largest_capture_size": (
+        {"speculative": True},
+        make_batch([SPEC] * 120, [max(SPEC, s) for s in MANY_SEQ_LENS[:120]], decode_threshold=SPEC, cudagraph_pad=512),
+        "device",
+    ),
 }
 
 
@@ -198,7 +229,7 @@ def test_cudagraph_padded_batches_follow_the_predicate(subject, device, name):
     req_id_per_token not fixed by the contract)."""
     config_kwargs, batch, path = PADDED[name]
     assert batch.is_cudagraph_padded and batch.num_pad_requests > 0
-    assert check_gated_step(subject, device, config_kwargs, batch, TOPK, M) == path
+    assert check_gated_step(subject, device, config_kwargs, batch, TOPK, builder_m(batch)) == path
 
 
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
@@ -209,14 +240,23 @@ def test_cudagraph_padded_batches_follow_the_predicate(subject, device, name):
     topk=st.sampled_from([1, 2, 64, 2048]),
 )
 def test_padded_batches_take_the_path_the_predicate_allows(subject, device, data, config, topk):
-    """Uniform decode batches padded to a drawn graph size N <= M (a multiple of
-    the threshold): path == legality oracle, launches, whole buffers."""
+    """Uniform decode batches padded to a drawn graph size N <= M (a multiple of the threshold), or,
+    often (``sizes.HOST_ONLY``: a padded batch holds at most 512 tokens), hundreds of requests padded to
+    the smallest of vLLM's default capture sizes that holds them: path == legality oracle, launches,
+    whole buffers."""
     speculative = config == "speculative"
     threshold = decode_threshold_for(speculative)
-    graphs = M // threshold
-    reqs = data.draw(st.integers(1, graphs - 1), label="real requests")
-    seq_lens = data.draw(st.lists(context_lens(threshold), min_size=reqs, max_size=reqs), label="seq_lens")
-    pad = threshold * data.draw(st.integers(reqs + 1, graphs), label="graph size / threshold")
+    if data.draw(sizes.at_scale(sizes.HOST_ONLY), label="at vLLM's sizes"):
+        graphs = sizes.capture_sizes(sizes.MAX_NUM_SEQS, sizes.MAX_M, threshold)
+        usable = [g for g in graphs if g % threshold == 0]
+        reqs = data.draw(sizes.count(MANY // threshold, usable[-1] // threshold - 1), label="real requests")
+        seq_lens = [max(threshold, s) for s in data.draw(bulk_seq_lens([threshold] * reqs, topk), label="seq_lens")]
+        pad = sizes.graph_size_for(reqs * threshold + 1, usable, threshold)
+    else:
+        graphs = M // threshold
+        reqs = data.draw(st.integers(1, graphs - 1), label="real requests")
+        seq_lens = data.draw(st.lists(context_lens(threshold), min_size=reqs, max_size=reqs), label="seq_lens")
+        pad = threshold * data.draw(st.integers(reqs + 1, graphs), label="graph size / threshold")
     batch = make_batch(
         [threshold] * reqs,
         seq_lens,
@@ -226,5 +266,5 @@ def test_padded_batches_take_the_path_the_predicate_allows(subject, device, data
     )
     note_padded(batch)
     config_kwargs = {"speculative": speculative, "pin_memory": config != "no_pinned_memory"}
-    path = check_gated_step(subject, device, config_kwargs, batch, topk, M)
+    path = check_gated_step(subject, device, config_kwargs, batch, topk, builder_m(batch))
     assert path == ("host" if config == "host_capable" else "device")

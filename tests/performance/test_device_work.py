@@ -23,8 +23,19 @@ from hypothesis import strategies as st
 
 from fixtures.harness.baseline import WithBaseline
 from fixtures.harness.device_work import broken_host_clauses, host_steps, run_program, run_program_on_real_stream
+from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
-from fixtures.inputs.steps import STEP_TOPKS, grow_keep_grow_shrink, mixed, prefill_only, pure_decode
+from fixtures.inputs.steps import (
+    STEP_TOPKS,
+    bulk_decode,
+    grow_keep_grow_shrink,
+    long_prefills,
+    mixed,
+    prefill_only,
+    pure_decode,
+    vllm_sized_program,
+)
+from fixtures.inputs.strategies import MANY, bulk_seq_lens
 from fixtures.models.ledger import mismatch
 from fixtures.plugin.profiles import sized
 from fixtures.plugin.reporting import NOTE_PROPERTY
@@ -33,6 +44,7 @@ from oracles import device_work as contract
 from oracles.step import expected_path
 
 M = 6
+LARGE_M = sizes.MAX_STEP_TOKENS  # a builder at vLLM's sizes (fixtures.inputs.sizes)
 LEDGER = sized("ledger")
 
 
@@ -41,7 +53,24 @@ def steps_of(m: int = M):
     return st.one_of(pure_decode(m), pure_decode(m), pure_decode(m), mixed(m), prefill_only(m))
 
 
-programs = st.lists(steps_of(), min_size=1, max_size=5)
+@st.composite
+def programs(draw, host_only: bool = False):
+    """1 to 5 steps; often (``sizes.HOST_ONLY``) at vLLM's sizes: decodes of hundreds of requests (the
+    host path, nothing per request) and, unless ``host_only``, in as many of those again one long prefill
+    (the device path's kernels, once in the program).  The builder is as large as the largest step (:func:`builder_m`)."""
+    if not draw(sizes.at_scale(sizes.HOST_ONLY)):
+        return draw(st.lists(pure_decode(M) if host_only else steps_of(), min_size=1, max_size=5))
+    batches = draw(st.lists(st.one_of(bulk_decode(LARGE_M), pure_decode(M)), min_size=1, max_size=4))
+    if not host_only and draw(sizes.at_scale(sizes.HOST_ONLY)):
+        batches.insert(draw(st.integers(0, len(batches))), draw(long_prefills(LARGE_M)))
+    return batches
+
+
+def builder_m(batches) -> int:
+    """The builder of a program: ``M``, or the program's largest step where that is larger."""
+    return max([M] + [b.num_actual_tokens for b in batches])
+
+
 topks = st.sampled_from(STEP_TOPKS)
 
 
@@ -50,8 +79,8 @@ def alone(subject):
     return subject.unpaired if isinstance(subject, WithBaseline) else subject
 
 
-def run(subject, device, batches, topk, **kwargs):
-    steps = run_program(alone(subject), device, batches, m=M, topk=topk, **kwargs)
+def run(subject, device, batches, topk, m=None, **kwargs):
+    steps = run_program(alone(subject), device, batches, m=m or builder_m(batches), topk=topk, **kwargs)
     for s in steps:
         # a subject without the host path (the release) takes the device path as if it had no pinned memory
         host_capable = kwargs.get("pin_memory", True) and HOST_PATH in alone(subject).capabilities
@@ -74,7 +103,7 @@ def on_programs(*capabilities, pinned=()):
     each ``pinned`` program (a list of batches) at top-k 2."""
 
     def wrap(fn):
-        test = given(batches=programs, topk=topks)(fn)
+        test = given(batches=programs(), topk=topks)(fn)
         for batches in pinned:
             test = example(batches=batches, topk=2)(test)
         return pytest.mark.needs(*capabilities)(LEDGER(test))
@@ -83,37 +112,39 @@ def on_programs(*capabilities, pinned=()):
 
 
 # Every host-path step kind, whatever the generated programs happen to draw (a rewrite of
-# req_id_per_token on a step that does not grow shows on the second step).
+# req_id_per_token on a step that does not grow shows on the second step); the same at vLLM's sizes.
 GROW_KEEP_GROW_SHRINK = grow_keep_grow_shrink()
+VLLM_SIZED = vllm_sized_program()
+VLLM_SIZED_HOST = vllm_sized_program(host_only=True)
 
 
-@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk):
     for s, shrank, _ in host_steps(run(subject, device, batches, topk)):
         expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
         check(contract.host_launches(s.ledger, shrank), s.ledger, "host path launches", expected)
 
 
-@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_upload(s.ledger), s.ledger, "host path upload", "one pinned non-blocking h2d")
 
 
-@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk):
     for s, _, may_copy in host_steps(run(subject, device, batches, topk)):
         expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
         check(contract.host_req_id_copy(s.ledger, may_copy), s.ledger, "host path req_id_per_token", expected)
 
 
-@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_never_reads_the_device_back(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_no_sync(s.ledger), s.ledger, "host path sync", "no d2h, no stream sync")
 
 
-@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK])
+@on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk):
     for s, _, _ in host_steps(run(subject, device, batches, topk)):
         check(contract.host_wait(s.ledger), s.ledger, "host path wait", "at most one event wait, before the upload")
@@ -121,16 +152,23 @@ def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject
 
 @host_clause
 @LEDGER
-@given(a=st.integers(1, M), b=st.integers(1, M), data=st.data(), topk=topks)
+@given(
+    a=st.integers(1, M),
+    b=st.one_of(st.integers(1, M), sizes.count(MANY, sizes.MAX_NUM_SEQS)),
+    data=st.data(),
+    topk=topks,
+)
+@example(a=1, b=sizes.MAX_NUM_SEQS, data=None, topk=2048)
 def test_host_path_device_work_does_not_grow_with_n(subject, device, a, b, data, topk):
     """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
-    of the n = a and the n = b program are the same operations."""
-    seqs = st.lists(st.integers(1, 4 * topk + 1), min_size=max(a, b), max_size=max(a, b))
-    values = data.draw(seqs)
+    of the n = a and the n = b program (b up to max_num_seqs; the builder as large as the larger step)
+    are the same operations."""
+    n = max(a, b)
+    values = data.draw(bulk_seq_lens([1] * n, topk)) if data is not None else [1 + i % (2 * topk) for i in range(n)]
 
-    def program(n):
-        batch = pure_decode_of(values[:n])
-        return run(subject, device, [batch, batch], topk)
+    def program(k):
+        batch = pure_decode_of(values[:k])
+        return run(subject, device, [batch, batch], topk, m=builder_m([pure_decode_of(values)]))
 
     small, large = program(a), program(b)
     for one, other in zip(small, large, strict=True):
@@ -144,8 +182,11 @@ def all_host(batches) -> bool:
 def on_host_programs(fn):
     """Checked on generated pure-decode programs that take the host path on every step (``meta``,
     the dispatch-level recorder's stand-in for the device, runs no kernel), the pinned one first."""
-    programs = st.lists(pure_decode(M), min_size=1, max_size=5).filter(all_host)
-    return host_clause(LEDGER(example(batches=GROW_KEEP_GROW_SHRINK, topk=2)(given(batches=programs, topk=topks)(fn))))
+    drawn = programs(host_only=True).filter(all_host)
+    test = given(batches=drawn, topk=topks)(fn)
+    for pinned in (GROW_KEEP_GROW_SHRINK, VLLM_SIZED_HOST):
+        test = example(batches=pinned, topk=2)(test)
+    return host_clause(LEDGER(test))
 
 
 @on_host_programs
@@ -157,7 +198,7 @@ def test_host_path_keeps_every_clause_on_a_dispatch_level_ledger_meta_stands_in_
     recorder of the GPU test below).  ``meta`` tensors stand in for the device: they hold no data,
     so no kernel runs and only pure-decode programs on the host path are drawn; the host buffers
     the runtime hands out as pinned count as pinned (CPU torch cannot pin)."""
-    steps = run_program_on_real_stream(alone(subject), "meta", batches, m=M, topk=topk)
+    steps = run_program_on_real_stream(alone(subject), "meta", batches, m=builder_m(batches), topk=topk)
     for s in steps:
         assert s.result.path == "host", f"step {s.index} took the {s.result.path} path"
         note(s.ledger.render())
@@ -171,7 +212,7 @@ def test_the_stream_model_sees_every_operation_the_dispatch_level_recorder_sees(
     must record the same operations, in the same order, as the recorder below torch (``meta``
     standing in for the device, as above), each with its kind, target, pinnedness and blocking."""
     modelled = run(subject, device, batches, topk)
-    dispatched = run_program_on_real_stream(alone(subject), "meta", batches, m=M, topk=topk)
+    dispatched = run_program_on_real_stream(alone(subject), "meta", batches, m=builder_m(batches), topk=topk)
     for a, b in zip(modelled, dispatched, strict=True):
         assert a.ledger.shape() == b.ledger.shape(), (
             f"step {a.index}: the two recorders disagree\nstream model: {a.ledger.render()}\n"
@@ -179,11 +220,20 @@ def test_the_stream_model_sees_every_operation_the_dispatch_level_recorder_sees(
         )
 
 
+@st.composite
+def saving_seq_lens(draw):
+    """Context lengths of up to ``M`` one-token decodes; rarely (``sizes.KERNEL_HEAVY``: the general path
+    runs the seqlen kernel over every request) of hundreds, at the clamp edges of 2048."""
+    if draw(sizes.at_scale(sizes.KERNEL_HEAVY)):
+        return draw(bulk_seq_lens([1] * draw(sizes.count(MANY, sizes.MAX_NUM_SEQS)), 2048))
+    return draw(st.lists(st.integers(1, 4096), min_size=1, max_size=M))
+
+
 def pure_decode_of(seq_lens):
     return make_batch([1] * len(seq_lens), seq_lens)
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS)
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
 def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk):
     """Where pinned memory exists (a machine without it can pin nothing, and a non-blocking copy
     from pageable memory there is the only copy there is)."""
@@ -192,16 +242,25 @@ def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, ba
             check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS)
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
 def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk):
     for s in run(subject, device, batches, topk):
         if s.result.path == "device":
-            check(contract.device_no_unallowed_sync(s.ledger), s.ledger, "device path sync", "no d2h outside")
+            check(
+                contract.device_no_unallowed_sync(s.ledger),
+                s.ledger,
+                "device path sync",
+                "no sync (d2h, stream sync, blocking h2d) outside",
+            )
 
 
 @host_clause
 @settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
-@given(seq_lens=st.lists(st.integers(1, 4096), min_size=1, max_size=M), topk=topks)
+@given(
+    seq_lens=saving_seq_lens(),
+    topk=topks,
+)
+@example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048)
 def test_host_path_saves_the_claimed_launches_against_the_general_path(
     subject, device, record_property, seq_lens, topk
 ):
@@ -213,7 +272,7 @@ def test_host_path_saves_the_claimed_launches_against_the_general_path(
     host = run(subject, device, [batch, batch], topk)
     if isinstance(subject, WithBaseline):
         against = "the release's device path"
-        general = run_program(subject.baseline, device, [batch, batch], m=M, topk=topk)
+        general = run_program(subject.baseline, device, [batch, batch], m=builder_m([batch]), topk=topk)
     else:
         against = "its own device path (no pinned memory)"
         general = run(subject, device, [batch, batch], topk, pin_memory=False)
@@ -279,4 +338,9 @@ def test_device_path_on_the_gpu_uploads_pinned_and_syncs_only_where_allowed(subj
     for s in steps:
         assert s.result.path == "device", f"step {s.index} took the {s.result.path} path"
         check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
-        check(contract.device_no_unallowed_sync(s.ledger), s.ledger, "device path sync", "no d2h outside")
+        check(
+            contract.device_no_unallowed_sync(s.ledger),
+            s.ledger,
+            "device path sync",
+            "no sync (d2h, stream sync, blocking h2d) outside",
+        )

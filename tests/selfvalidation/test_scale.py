@@ -1,0 +1,121 @@
+"""vLLM's sizes in the suite's inputs (``fixtures/inputs/sizes.py``) and what the run records of them.
+
+The capture list is checked against values worked by hand from vLLM's rule;
+the share of examples drawn at vLLM's sizes is measured on the strategies
+themselves; a bug that shows only at vLLM's sizes still shrinks to the
+smallest step that shows it; and the record of a test's largest step and of
+its kernels' tile crossings (``fixtures/harness/scale.py``) reaches the run
+summary.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from fixtures.harness import scale
+from fixtures.harness.step import new_config, run_step
+from fixtures.inputs import sizes
+from fixtures.inputs.strategies import bulk_seq_lens, cases
+from fixtures.plugin.fresh_run import repo
+from fixtures.subjects.mutants import MUTANTS
+from fixtures.subjects.reference import ReferenceSubject
+
+EXACT = settings(database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def test_capture_sizes_follow_vllms_default_rule_worked_by_hand():
+    # max_num_seqs 1024, M 8192: ceiling min(2 * 1024, 512) = 512; 1, 2, 4, 8..248 by 8, 256..512 by 16.
+    full = sizes.capture_sizes(1024, 8192)
+    assert full[:5] == [1, 2, 4, 8, 16] and full[-3:] == [480, 496, 512]
+    assert len(full) == 3 + 31 + 17
+    # M 6 within the ceiling: captured itself; max_num_seqs 6 (a uniform decode of 6 requests) too.
+    assert sizes.capture_sizes(6, 6) == [1, 2, 4, 6]
+    # Three draft tokens (query length 4): every size a multiple of 4 up to 512 that 4 * n of the
+    # request counts reaches, beside the token grid.
+    spec = sizes.capture_sizes(1024, 8192, decode_query_len=4)
+    assert {4 * n for n in (1, 2, 4, 8, 64, 128)} <= set(spec) and max(spec) == 512
+
+
+def test_a_uniform_decode_batch_runs_the_smallest_graph_that_holds_it():
+    full = sizes.capture_sizes(1024, 8192)
+    assert [sizes.graph_size_for(n, full) for n in (1, 3, 9, 255, 257, 500, 512, 513)] == [
+        1, 4, 16, 256, 272, 512, 512, None,
+    ]  # fmt: skip
+    spec = sizes.capture_sizes(1024, 8192, 4)
+    assert sizes.graph_size_for(12, spec, 4) == 16  # 12 is not captured: the next multiple of 4 that is
+
+
+def test_about_one_example_in_two_to_the_flips_is_at_vllms_sizes():
+    drawn = []
+    settings(EXACT, max_examples=400)(given(st.data())(lambda data: drawn.append(data.draw(sizes.at_scale(3)))))()
+    share = sum(drawn) / len(drawn)
+    assert 1 / 16 <= share <= 1 / 4, f"{share:.3f} of the examples at vLLM's sizes; about 1/8 expected"
+
+
+def test_every_vllm_sized_case_is_valid_and_as_large_as_declared():
+    seen = []
+
+    @settings(EXACT, max_examples=200)
+    @given(kind=st.sampled_from(("pure_decode", "padded", "multi_token_decode", "mixed", "prefill")), data=st.data())
+    def check(kind, data):
+        from fixtures.inputs.strategies import large_case
+
+        case = data.draw(large_case(kind, 2048))
+        b = case.batch
+        assert b.num_reqs <= sizes.MAX_NUM_SEQS + 512  # pad requests past a capture size
+        assert b.num_actual_tokens <= min(sizes.MAX_STEP_TOKENS, case.max_num_batched_tokens)
+        assert case.max_num_batched_tokens <= sizes.MAX_M
+        assert b.num_reqs * -(-max(b.max_query_len, 1) // 64) <= sizes.GRID_BUDGET
+        seen.append((b.num_reqs, b.num_actual_tokens, case.max_num_batched_tokens))
+
+    check()
+    assert max(r for r, _, _ in seen) >= 512 and max(t for _, t, _ in seen) >= 4096
+    assert max(m for _, _, m in seen) >= 8192
+
+
+def test_bulk_context_lengths_are_legal_for_their_queries():
+    @settings(EXACT, max_examples=50)
+    @given(data=st.data(), q=st.integers(1, 8), topk=st.sampled_from((1, 64, 2048)))
+    def check(data, q, topk):
+        values = np.asarray(data.draw(bulk_seq_lens([q] * 300, topk)))
+        assert values.min() >= q and values.max() <= 2**31 - 1
+
+    check()
+
+
+def test_a_bug_seen_only_at_vllms_sizes_shrinks_to_the_smallest_step_that_shows_it():
+    """The host-path tail filled for 256 entries only (``host_tail_fill_bounded``) is seen only on a
+    builder of ``M >= n + 257``: shrinking ends at one request on a builder within a factor of two of
+    the least that shows it (counts shrink by octave, then within it: ``sizes.count``), not at the
+    hundreds of requests and thousands of tokens it may first be drawn with."""
+    broken = MUTANTS["host_tail_fill_bounded"]()
+
+    def differs(case) -> bool:
+        config = new_config("cpu", case.max_num_batched_tokens, case.topk)
+        builder = broken.make_builder(config)
+        run_step(builder, case.batch, config, broken)
+        good_config = new_config("cpu", case.max_num_batched_tokens, case.topk)
+        good = ReferenceSubject().make_builder(good_config)
+        run_step(good, case.batch, good_config)
+        return not np.array_equal(
+            builder.buffers()["paged_kv_indptr"].numpy(), good.buffers()["paged_kv_indptr"].numpy()
+        )
+
+    found = find(cases(kinds=("pure_decode",), large=1), differs, settings=settings(EXACT, max_examples=500))
+    least = 1 + 257
+    assert found.batch.num_reqs == 1 and least <= found.max_num_batched_tokens < 2 * least, found
+
+
+def test_a_tests_largest_step_and_tile_crossings_reach_the_summary(run_suite_in):
+    run = run_suite_in(repo("tests/differential/test_single_step.py::test_step_metadata_matches_oracle"), profile="dev")
+    assert run.ret == 0, run.out
+    line = next(ln for ln in run.out.splitlines() if "largest step:" in ln)
+    assert f"{sizes.MAX_NUM_SEQS} requests, {sizes.MAX_STEP_TOKENS} tokens, M {sizes.MAX_M}" in line, line
+    assert "token_sparse_seqlen_kernel" in line, line
+
+
+def test_the_record_merges_maxima_and_sums_crossings():
+    a = {"requests": 3, "tokens": 900, "m": 10, "crossed": {"k": 2}}
+    b = {"requests": 700, "tokens": 8, "m": 16384, "crossed": {"k": 1, "j": 4}}
+    assert scale.merge([a, b]) == {"requests": 700, "tokens": 900, "m": 16384, "crossed": {"k": 3, "j": 4}}
+    assert "700 requests, 900 tokens, M 16384" in scale.describe(scale.merge([a, b]))
