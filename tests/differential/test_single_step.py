@@ -12,6 +12,7 @@ import torch
 from hypothesis import example, given, note
 
 from fixtures.harness import scale
+from fixtures.harness.baseline import unpaired
 from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal, compare_state
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
@@ -124,7 +125,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
     for pin_memory in (True, False):
         config = new_config(device, m, topk, pin_memory=pin_memory)
         # The release beside the subject (a baseline run) computes its device path once, beside the first.
-        builder = (subject if pin_memory else getattr(subject, "unpaired", subject)).make_builder(config)
+        builder = (subject if pin_memory else unpaired(subject)).make_builder(config)
         step = run_step(builder, batch, config, subject)
         path = expected_path(batch, speculative=False, pin_memory=pin_memory)
         assert step.result.path == path, f"pin_memory={pin_memory}: took {step.result.path} path, oracle says {path}"

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
-from fixtures.harness.baseline import WithBaseline
+from fixtures.harness.baseline import WithBaseline, unpaired
 from fixtures.harness.device_work import broken_host_clauses, host_steps, run_program, run_program_on_real_stream
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
@@ -74,16 +74,11 @@ def builder_m(batches) -> int:
 topks = st.sampled_from(STEP_TOPKS)
 
 
-def alone(subject):
-    """The subject without the release beside it: the ledger is the subject's work only."""
-    return subject.unpaired if isinstance(subject, WithBaseline) else subject
-
-
 def run(subject, device, batches, topk, m=None, **kwargs):
-    steps = run_program(alone(subject), device, batches, m=m or builder_m(batches), topk=topk, **kwargs)
+    steps = run_program(unpaired(subject), device, batches, m=m or builder_m(batches), topk=topk, **kwargs)
     for s in steps:
         # a subject without the host path (the release) takes the device path as if it had no pinned memory
-        host_capable = kwargs.get("pin_memory", True) and HOST_PATH in alone(subject).capabilities
+        host_capable = kwargs.get("pin_memory", True) and HOST_PATH in unpaired(subject).capabilities
         want = expected_path(s.batch, speculative=False, pin_memory=host_capable)
         assert s.result.path == want, f"step {s.index} took the {s.result.path} path; the legality oracle says {want}"
         note(s.ledger.render())
@@ -198,7 +193,7 @@ def test_host_path_keeps_every_clause_on_a_dispatch_level_ledger_meta_stands_in_
     recorder of the GPU test below).  ``meta`` tensors stand in for the device: they hold no data,
     so no kernel runs and only pure-decode programs on the host path are drawn; the host buffers
     the runtime hands out as pinned count as pinned (CPU torch cannot pin)."""
-    steps = run_program_on_real_stream(alone(subject), "meta", batches, m=builder_m(batches), topk=topk)
+    steps = run_program_on_real_stream(unpaired(subject), "meta", batches, m=builder_m(batches), topk=topk)
     for s in steps:
         assert s.result.path == "host", f"step {s.index} took the {s.result.path} path"
         note(s.ledger.render())
@@ -212,7 +207,7 @@ def test_the_stream_model_sees_every_operation_the_dispatch_level_recorder_sees(
     must record the same operations, in the same order, as the recorder below torch (``meta``
     standing in for the device, as above), each with its kind, target, pinnedness and blocking."""
     modelled = run(subject, device, batches, topk)
-    dispatched = run_program_on_real_stream(alone(subject), "meta", batches, m=builder_m(batches), topk=topk)
+    dispatched = run_program_on_real_stream(unpaired(subject), "meta", batches, m=builder_m(batches), topk=topk)
     for a, b in zip(modelled, dispatched, strict=True):
         assert a.ledger.shape() == b.ledger.shape(), (
             f"step {a.index}: the two recorders disagree\nstream model: {a.ledger.render()}\n"
@@ -310,7 +305,7 @@ def test_host_path_on_the_gpu_keeps_every_clause_on_the_real_stream(subject, dev
         return profiled[0]
 
     steps = run_program_on_real_stream(
-        alone(subject), device, GROW_KEEP_GROW_SHRINK, m=M, topk=2, around=profile_the_steady_step
+        unpaired(subject), device, GROW_KEEP_GROW_SHRINK, m=M, topk=2, around=profile_the_steady_step
     )
     for s in steps:
         assert s.result.path == "host", f"step {s.index} took the {s.result.path} path"
@@ -334,7 +329,7 @@ def test_device_path_on_the_gpu_uploads_pinned_and_syncs_only_where_allowed(subj
     non-blocking upload reads pinned memory, and no device-to-host read happens outside those
     regions."""
     program = [make_batch([1, 3], [5, 9]), make_batch([4], [6]), make_batch([1, 1, 2], [3, 7, 2])]
-    steps = run_program_on_real_stream(alone(subject), device, program, m=M, topk=2)
+    steps = run_program_on_real_stream(unpaired(subject), device, program, m=M, topk=2)
     for s in steps:
         assert s.result.path == "device", f"step {s.index} took the {s.result.path} path"
         check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
