@@ -26,7 +26,7 @@ from fixtures.protocol import (
     buffer_lengths,
     decode_threshold_for,
     exposed_buffers,
-    unwritten_past_step,
+    step_contract,
 )
 from oracles import metadata as oracle
 from oracles.metadata import INT32_MAX
@@ -117,7 +117,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
     """Property 2: on pure-decode batches the host path, the device path and the
     oracle agree bit for bit over the whole M + 1 indptr buffer, tail included."""
     batch, m, topk = case.batch, case.max_num_batched_tokens, case.topk
-    expected, _ = expected_state(batch, "device", topk, m)["paged_kv_indptr"]
+    expected = expected_state(batch, "device", topk, m)["paged_kv_indptr"].values
     host_bound = oracle.host_decode_indptr(batch.seq_lens_cpu_upper_bound, topk, m + 1)
     assert_int32_equal(host_bound, expected, "oracle self-check: host formula vs per-token oracle")
 
@@ -140,6 +140,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
 
 
 @pytest.mark.needs(DEVICE_PATH)
+@pytest.mark.checks(HOST_PATH)
 @given(case=cases(kinds=BATCH_KINDS))
 @with_examples(PINNED + PINNED_LARGE)
 def test_step_metadata_matches_oracle(subject, device, case):
@@ -159,14 +160,17 @@ def test_step_metadata_matches_oracle(subject, device, case):
     buffers = builder.buffers()
     lengths = {k: n for k, n in buffer_lengths(m).items() if k in exposed_buffers(subject)}
     assert {k: buffers[k].numel() for k in lengths} == lengths, "persistent buffer lengths"
-    expected = expected_state(batch, path, topk, m, unwritten_past_step(subject))
+    expected = expected_state(batch, path, topk, m, **step_contract(subject))
     compare_state(buffers, expected, "after the step")
-    req_ids, fixed = expected["req_id_per_token"]
+    req_ids = expected["req_id_per_token"]
     k = step_view_tokens(step.result, batch)
-    assert_fixed_equal(step.result.req_id_per_token, req_ids[:k], fixed[:k], "step req_id_per_token")
+    below = None if req_ids.below is None else req_ids.below[:k]
+    assert_fixed_equal(
+        step.result.req_id_per_token, req_ids.values[:k], req_ids.fixed[:k], "step req_id_per_token", below
+    )
     if PAGED_KV_METADATA not in subject.capabilities:
         return
-    assert_int32_equal(step.result.paged_kv_indptr, expected["paged_kv_indptr"][0][: k + 1], "step paged_kv_indptr")
+    assert_int32_equal(step.result.paged_kv_indptr, expected["paged_kv_indptr"].values[: k + 1], "step paged_kv_indptr")
     assert_int32_equal(step.result.qo_indptr, oracle.qo_indptr(k), "qo_indptr")
     assert_int32_equal(step.result.paged_kv_last_page_len, oracle.paged_kv_last_page_len(k), "paged_kv_last_page_len")
     assert_int32_equal(buffers["paged_kv_last_page_len"], np.ones(m, np.int32), "paged_kv_last_page_len buffer")

@@ -45,7 +45,7 @@ from fixtures.inputs.batches import INT32_MAX, make_batch
 from fixtures.inputs.steps import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.inputs.strategies import MANY, bulk_seq_lens, note_padded
 from fixtures.plugin.profiles import sized
-from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for, unwritten_past_step
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for, step_contract
 from oracles import metadata as oracle
 from oracles.step import expected_indptr, expected_path, expected_state
 
@@ -91,7 +91,7 @@ def check_gated_step(subject, device, config_kwargs, batch, topk, m):
         f"the legality oracle says {path}"
     )
     check_seqlen_launches(subject, step, batch)
-    expected = expected_state(batch, path, topk, m, unwritten_past_step(subject))
+    expected = expected_state(batch, path, topk, m, **step_contract(subject))
     compare_state(builder.buffers(), expected, f"after {batch!r} ({path} path)")
     return step.result.path
 

@@ -195,7 +195,7 @@ def nope_property(cases=tuple(PINNED)):
     def wrap(fn):
         for c in reversed(cases):
             fn = example(c=c)(fn)
-        return pytest.mark.needs(NOPE_FORWARD)(fn)
+        return pytest.mark.checks(NOPE_ZERO_COPY)(pytest.mark.needs(NOPE_FORWARD)(fn))
 
     return wrap
 

@@ -47,6 +47,7 @@ def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, n
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
     args = [*EDITS[name].paths, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "_hypothesis_pytestplugin"]
     args += ["--subject=vllm", "-x", "-m", "verification", f"--vllm-overlay={edited}", "--baseline=none"]
+    args += [f"--claim={cap}" for cap in EDITS[name].claims]
     log = tmp_path / "run.log"
     outcomes = []
     launcher.run([Run(name, args, launcher.env, log, 900, ROOT)], lambda run, outcome: outcomes.append(outcome))

@@ -17,7 +17,7 @@ import torch
 from fixtures.harness.compare import compare_state
 from fixtures.harness.step import new_config
 from fixtures.inputs.batches import make_batch
-from fixtures.protocol import HOST_PATH, unwritten_past_step
+from fixtures.protocol import HOST_PATH, step_contract
 from oracles.step import expected_path, expected_state
 
 M = 64
@@ -64,6 +64,6 @@ def test_pinned_buffer_race_on_gpu_with_stalled_stream(subject, device):
         pytest.fail(f"the stream stall ({STALL_CYCLES[-1]} cycles) ended before the host built the first step")
     for i, (batch, path, snapshot) in enumerate(zip(batches, paths, snapshots, strict=True)):
         assert path == expected_path(batch, speculative=False, pin_memory=True), f"step {i + 1}: took {path}"
-        expected = expected_state(batch, None, TOPK, M, unwritten_past_step(subject))
+        expected = expected_state(batch, None, TOPK, M, **step_contract(subject))
         compare_state(snapshot, expected, f"as read on the stream after step {i + 1}")
     config.allocator.check()

@@ -63,6 +63,13 @@ def parser() -> argparse.ArgumentParser:
         help="the runs' --baseline: release (as the verification against an overlay: every step also through the "
         "installed release, compared bit for bit) or none (the suite's own oracles alone)",
     )
+    ap.add_argument(
+        "--claim",
+        action="append",
+        default=[],
+        metavar="CAP",
+        help="a fast path the change claims, passed to every run (pytest's --claim: a mutant that drops it fails)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "vllm-mutants", help="report folder")
     ap.add_argument("--list", action="store_true", help="list the mutants (per function, per operator) and stop")
     ap.add_argument("--diffs", action="store_true", help="with --list: print each mutant's diff")
@@ -155,7 +162,7 @@ def main(argv=None) -> int:
         jobs=args.jobs,
         timeout=args.timeout,
         mode=args.launcher,
-        extra=("--subject=vllm", f"--baseline={args.baseline}"),
+        extra=("--subject=vllm", f"--baseline={args.baseline}", *(f"--claim={cap}" for cap in args.claim)),
         all_tests=args.all_tests,
         keep_trees=args.keep_trees,
         reach_from=reach_files(args.reach_from) if args.reach_from else None,
