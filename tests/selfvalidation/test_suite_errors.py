@@ -272,10 +272,37 @@ def test_a_file_for_another_release_is_a_usage_error_naming_what_and_the_version
     assert "skipped (--vllm-overlay-incompatible skip)" in skipped.out and "did not run" in skipped.out
 
 
-def test_an_attribute_a_vllm_module_lacks_read_at_run_time_is_a_suite_error(vllm_run, release_overlay):
-    """Read through a name the up-front check does not follow (a local import): at run time."""
+def test_an_attribute_a_vllm_module_lacks_read_at_run_time_is_a_usage_error(vllm_run, release_overlay):
+    """Read through a name the up-front check does not follow (a local import): at run time, and
+    the same verdict as the up-front check's (exit status 4), never a failed property."""
     overlay = release_overlay({None: in_build("import vllm.envs as later; later.A_LATER_KNOB")})
     run = vllm_run(overlay, ONE_STEP_PROPERTY)
-    assert run.ret == EXIT_SUITE_ERROR, run.out[-3000:]
+    assert run.ret == 4, run.out[-3000:]
     assert re.search(r"reads vllm\.envs\.A_LATER_KNOB, which vLLM [\d.]+'s vllm\.envs does not have", run.out)
     assert "\nFAILED" not in run.out[run.out.index("verification summary") :]
+
+
+def test_an_attribute_the_installed_common_attn_metadata_lacks_is_a_usage_error(vllm_run, release_overlay):
+    """A file written for another release reads a field of vLLM's ``CommonAttentionMetadata`` the
+    installed class does not have (``seq_lens_cpu``, a property later releases dropped): exit
+    status 4, naming the attribute, the class and the installed version, listed under USAGE ERRORS."""
+    overlay = release_overlay({None: in_build("_ = common_attn_metadata.a_field_of_another_release")})
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == 4, run.out[-3000:]
+    summary = run.out[run.out.index("verification summary") :]
+    assert re.search(
+        r"targets another vLLM release than the installed [\d.]+: it reads \.a_field_of_another_release of a "
+        r"vllm\.\S+\.CommonAttentionMetadata, which vLLM [\d.]+'s CommonAttentionMetadata does not have",
+        summary,
+    ), summary
+    assert "USAGE ERRORS" in summary and "\nFAILED" not in summary, summary
+
+
+def test_an_attribute_init_sets_only_in_a_branch_not_taken_passes_construction(vllm_run, release_overlay):
+    """``__init__`` sets ``self._sparse_mla_fwd`` only where an optional kernel is available: not set
+    on this machine, and not an incomplete construction."""
+    overlay = release_overlay(
+        {None: in_builder_init("if getattr(vllm_config, 'an_optional_kernel', None): self._sparse_mla_fwd = 1")}
+    )
+    run = vllm_run(overlay, ONE_STEP_PROPERTY)
+    assert run.ret == 0, run.out[-3000:]
