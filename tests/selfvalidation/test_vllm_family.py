@@ -32,6 +32,7 @@ from fixtures.protocol import (
     NOPE_ZERO_COPY,
     PAGED_KV_METADATA,
     PERSISTENT_BUFFERS,
+    PROTOCOL_VERSION,
     StepResult,
     SubjectError,
     check_subject,
@@ -114,8 +115,14 @@ def test_a_subject_without_paged_kv_metadata_exposes_req_id_per_token_alone():
 
 
 def test_the_host_path_needs_the_paged_kv_metadata_and_only_req_id_may_stay_unwritten():
+    """Refused of a subject written for protocol 6 or later; one written before it (declaring an earlier
+    version, or none) is loaded, its paged-KV metadata implied (fixtures/plugin/protocol_versions.py)."""
     with pytest.raises(SubjectError, match="declares host_path without paged_kv_metadata"):
-        check_subject(_Subject({HOST_PATH}), "probe")
+        check_subject(_Subject({HOST_PATH}, protocol_version=PROTOCOL_VERSION), "probe")
+    check_subject(_Subject({HOST_PATH}), "probe")
+    check_subject(_Subject({HOST_PATH}, protocol_version=5), "probe")
+    with pytest.raises(SubjectError, match="declares protocol_version 99; this suite speaks protocols 1 to"):
+        check_subject(_Subject({PERSISTENT_BUFFERS}, protocol_version=99), "probe")
     with pytest.raises(SubjectError, match=r"unwritten_past_step \['paged_kv_indptr'\]"):
         check_subject(_Subject({PAGED_KV_METADATA}, unwritten_past_step={"paged_kv_indptr"}), "probe")
     check_subject(_Subject({PERSISTENT_BUFFERS}, unwritten_past_step={"req_id_per_token"}), "probe")

@@ -128,8 +128,7 @@ def test_construction_check_names_an_attribute_the_init_chain_assigns_but_left_u
     class Drifted(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            if kwargs.get("never"):
-                self._state_added_later = torch.zeros(1)
+            self._state_added_later = torch.zeros(1)  # on every path: never made here, so never set
 
     builder = VllmSubject().make_builder(new_config(device, 8, 4))
     drifted = object.__new__(Drifted)
