@@ -9,12 +9,14 @@ installed version, or, with ``--vllm-overlay-incompatible skip``, a run that
 says it did not verify.  Each is shown on a fresh run of the suite: first with
 external subjects (no vLLM needed), then through ``--vllm-overlay`` with
 overlays made from the installed release's own files (vLLM needed; ``tox -e
-vllm`` runs them).
+vllm`` runs them), where a run leaves the temp folder as it found it (a fork
+server's child and an xdist worker included).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass
 
@@ -101,8 +103,10 @@ def launcher(tmp_path_factory):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs it)")
     log = tmp_path_factory.mktemp("forkserver") / "server.log"
-    env = pytest_env("dev", autoload=False)
+    temp = tmp_path_factory.mktemp("temp")  # the server's and its children's temp folder
+    env = {**pytest_env("dev", autoload=False), "TMPDIR": str(temp)}
     with Launcher(jobs=1, env=env, preload=["fixtures.subjects.vllm.backend:preload"], server_log=log) as server:
+        server.temp = temp
         yield server
 
 
@@ -202,8 +206,29 @@ def test_a_field_the_installed_config_lacks_is_a_suite_error_never_a_failed_prop
     assert "SUITE ERRORS" in summary and "\nFAILED" not in summary
 
 
-def test_a_field_a_release_adds_reaches_the_builder_with_vllms_own_default(run_suite_in, release_overlay):
-    """A fresh process, not the fork server: the server has imported vllm.config, which the overlay replaces."""
+def litter(temp) -> list[str]:
+    """What is in the temp folder ``temp``, but torch's own compile cache (``torchinductor_<user>``: one
+    folder per user that torch keeps and reuses across runs, made by importing vLLM)."""
+    return sorted(name for name in os.listdir(temp) if not name.startswith("torchinductor_"))
+
+
+def test_a_run_forked_from_the_fork_server_leaves_the_temp_folder_as_it_found_it(launcher, vllm_run, release_overlay):
+    """A fork server's child ends without ``atexit``: what a vLLM run makes in the temp folder (the
+    model's folder) is removed at the end of its session all the same, as a mutation run's children."""
+    before = litter(launcher.temp)
+    run = vllm_run(release_overlay({None: in_build("pass")}), ONE_STEP_PROPERTY)
+    assert run.ret == 0, run.out[-3000:]
+    assert litter(launcher.temp) == before
+
+
+def test_a_field_a_release_adds_reaches_the_builder_with_vllms_own_default(
+    run_suite_in, release_overlay, tmp_path, monkeypatch
+):
+    """A fresh process, not the fork server: the server has imported vllm.config, which the overlay replaces.
+    Under xdist, whose workers leave the temp folder as they found it."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     overlay = release_overlay(
         {
             "vllm.config.scheduler": with_field("SchedulerConfig", "knob_of_a_later_release: int = 7"),
@@ -211,9 +236,16 @@ def test_a_field_a_release_adds_reaches_the_builder_with_vllms_own_default(run_s
         }
     )
     run = run_suite_in(
-        "--subject=vllm", f"--vllm-overlay={overlay}", "--baseline=none", repo(ONE_STEP_PROPERTY), profile="dev"
+        "--subject=vllm",
+        f"--vllm-overlay={overlay}",
+        "--baseline=none",
+        "-n",
+        "2",
+        repo(ONE_STEP_PROPERTY),
+        profile="dev",
     )
     assert run.ret == 0, run.out[-3000:]  # the builder's own assert held: it got vLLM's default
+    assert litter(temp) == [], "the run left files in the temp folder"
     assert "vllm.config.scheduler <- " in run.out and "[ran]" in run.out
     assert "FAILED" not in run.out[run.out.index("verification summary") :]
 
