@@ -9,14 +9,14 @@ the host path runs its real numpy code and its upload is a synchronous copy.
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, note
+from hypothesis import given, note
 
 from fixtures.harness import scale
 from fixtures.harness.baseline import unpaired
 from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal, compare_state
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
-from fixtures.inputs.strategies import BATCH_KINDS, Case, cases
+from fixtures.inputs.strategies import BATCH_KINDS, Case, cases, pinned
 from fixtures.models.runtime import GuardedAllocator
 from fixtures.protocol import (
     DEVICE_KERNEL,
@@ -81,18 +81,9 @@ def step_view_tokens(result, batch) -> int:
     return k
 
 
-def with_examples(cases_):
-    def deco(fn):
-        for c in reversed(cases_):
-            fn = example(case=c)(fn)
-        return fn
-
-    return deco
-
-
 @pytest.mark.needs(DEVICE_KERNEL)
 @given(case=cases(kinds=BATCH_KINDS))
-@with_examples(PINNED + PINNED_LARGE)
+@pinned(PINNED + PINNED_LARGE)
 def test_device_kernel_matches_oracle(subject, device, case):
     """Property 1: the device seqlen kernel equals the oracle on every batch kind."""
     batch = case.batch
@@ -112,7 +103,7 @@ def test_device_kernel_matches_oracle(subject, device, case):
 @pytest.mark.costly
 @pytest.mark.needs(HOST_PATH, DEVICE_PATH)
 @given(case=cases(kinds=("pure_decode", "padded")))
-@with_examples([c for c in PINNED + PINNED_LARGE if c.kind in ("pure_decode", "padded")])
+@pinned([c for c in PINNED + PINNED_LARGE if c.kind in ("pure_decode", "padded")])
 def test_host_path_equals_device_path_and_oracle(subject, device, case):
     """Property 2: on pure-decode batches the host path, the device path and the
     oracle agree bit for bit over the whole M + 1 indptr buffer, tail included."""
@@ -142,7 +133,7 @@ def test_host_path_equals_device_path_and_oracle(subject, device, case):
 @pytest.mark.needs(DEVICE_PATH)
 @pytest.mark.checks(HOST_PATH)
 @given(case=cases(kinds=BATCH_KINDS))
-@with_examples(PINNED + PINNED_LARGE)
+@pinned(PINNED + PINNED_LARGE)
 def test_step_metadata_matches_oracle(subject, device, case):
     """Property 3 (and the rest of a step): req_id_per_token and, with
     ``paged_kv_metadata``, qo_indptr, paged_kv_last_page_len and

@@ -5,31 +5,9 @@ Every drawn case (``fixtures.inputs.forward_cases``: T from 0 to M, padded batch
 against bf16/fp16 model dtypes, fp8 caches, every layout a bmm produces) runs
 ``forward_mqa`` on its ``ql_nope`` and, where the layer has both branches
 (rope dim 0, no fp8 cache), on a twin laid out to take the other branch.  Each
-test checks one property on every call, named for what must hold, so a
-failure (and a kill in the kill matrix) names the property:
-
-- ``test_path_follows_the_legality_oracle``: the branch taken is
-  ``oracles.nope.expected_forward_path``'s;
-- ``test_zero_copy_hands_ql_nope_itself_downstream``: on the zero-copy branch
-  the query is ``ql_nope``'s own memory; zero-copy and fp8 leave
-  ``q_concat_buffer`` on its sentinel;
-- ``test_copy_path_writes_only_the_first_T_rows``: on the copy branch the
-  query is ``q_concat_buffer[:T]`` and no row past ``T`` is written (a forward
-  without the buffer: a fresh ``[T, H, D]`` tensor, not ``ql_nope``'s memory);
-- ``test_query_has_the_buffer_dtype_and_the_oracle_values``: the query handed
-  downstream has the copy path's dtype (``oracles.nope.copy_query_dtype``: the
-  buffer's; fp8: the fp8 dtype) and, bit for bit, the oracle's values;
-- ``test_forward_leaves_ql_nope_and_q_pe_unchanged``: their storages are
-  byte-for-byte unchanged;
-- ``test_zero_copy_and_copy_outputs_are_bit_equal``: the same values give the
-  same output bits on both branches (same forward, same downstream attention);
-- ``test_attention_reads_the_steps_kv_indices``: the attention gets the
-  step's ``paged_kv_indptr`` and live ``paged_kv_indices``, bit for bit (vLLM
-  rebuilds the indices through its top-k remap);
-- ``test_output_matches_the_reference_forward``: the output is close to the
-  reference sparse MLA forward within ``oracles.nope.FORWARD_TOLERANCES``;
-- ``test_output_equals_the_release_forward``: with ``--baseline release``, the
-  same bits as the vLLM release's ``forward_mqa``.
+test checks one property on every call, named for what must hold (its
+docstring says what it proves), so a failure (and a kill in the kill matrix)
+names the property.
 
 A property is checked against the branch the forward took, so a wrong branch
 fails the first test only.  A call without tokens that hands nothing
@@ -45,10 +23,11 @@ GPU kernel that cannot run here; on a GPU a subject's own kernel runs
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pytest
 import torch
-from hypothesis import event, example, given, note, reject
+from hypothesis import event, given, note, reject
 
 from fixtures.harness.compare import assert_bits_equal
 from fixtures.harness.findings import announce, match_output_finding
@@ -61,6 +40,7 @@ from fixtures.harness.forward import (
     run_forward,
 )
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
+from fixtures.inputs.strategies import pinned
 from fixtures.models.runtime import is_sentinel
 from fixtures.models.tensors import same_place, same_storage, storage_bytes
 from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY
@@ -152,6 +132,15 @@ def has_both_branches(c: ForwardCase) -> bool:
     return c.kv_cache_dtype != "fp8" and not c.qk_rope_head_dim
 
 
+class Planned(NamedTuple):
+    """One call a case plans: the ``ql_nope`` handed in, its values, its copy path's dtype, the oracle's branch."""
+
+    tensor: torch.Tensor
+    values: torch.Tensor
+    dtype: torch.dtype
+    path: str
+
+
 def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> Iterator[Seen]:
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
@@ -167,19 +156,18 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> It
     ql = inputs.ql_nope
     values = ql.contiguous().clone()
 
-    def planned(tensor: torch.Tensor, vals: torch.Tensor):
-        """``tensor``, its values, its copy path's dtype and the oracle's branch for it."""
+    def planned(tensor: torch.Tensor, vals: torch.Tensor) -> Planned:
         dtype = copy_dtype(forward, tensor, inputs.q_pe)
-        return tensor, vals, dtype, expected_path(c, tensor, dtype, subject)
+        return Planned(tensor, vals, dtype, expected_path(c, tensor, dtype, subject))
 
     calls = [planned(ql, values)]
-    path, dtype = calls[0][3], calls[0][2]
+    path, dtype = calls[0].path, calls[0].dtype
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
     if has_both_branches(c):
         twin = other_path_twin(path, values, dtype)
         calls.append(planned(twin, twin.contiguous()))
-        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1][3]}")
+        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1].path}")
     for tensor, vals, dtype, want in calls:
         run = run_forward(config, forward, tensor, inputs, watch=watch, subject=subject)
         if run.call is None:
@@ -193,9 +181,7 @@ def nope_property(cases=tuple(PINNED)):
     """A NoPE property: needs the forward; runs ``cases`` (default: every PINNED one) as ``@example``s first."""
 
     def wrap(fn):
-        for c in reversed(cases):
-            fn = example(c=c)(fn)
-        return pytest.mark.checks(NOPE_ZERO_COPY)(pytest.mark.needs(NOPE_FORWARD)(fn))
+        return pytest.mark.checks(NOPE_ZERO_COPY)(pytest.mark.needs(NOPE_FORWARD)(pinned(cases, "c")(fn)))
 
     return wrap
 
@@ -203,6 +189,7 @@ def nope_property(cases=tuple(PINNED)):
 @nope_property()
 @given(c=forward_cases())
 def test_path_follows_the_legality_oracle(c, subject, device):
+    """The branch taken is ``oracles.nope.expected_forward_path``'s."""
     for seen in forward_calls(c, subject, device):
         assert seen.taken == seen.path, f"took the {seen.taken!r} path; the legality oracle says {seen.path!r}"
 
@@ -210,6 +197,8 @@ def test_path_follows_the_legality_oracle(c, subject, device):
 @nope_property()
 @given(c=forward_cases())
 def test_zero_copy_hands_ql_nope_itself_downstream(c, subject, device):
+    """On the zero-copy branch the query is ``ql_nope``'s own memory; zero-copy and fp8 leave
+    ``q_concat_buffer`` on its sentinel."""
     for seen in forward_calls(c, subject, device):
         q, buf = seen.run.call.q, seen.forward.q_concat_buffer
         if seen.taken == "zero_copy":
@@ -236,6 +225,8 @@ def test_zero_copy_writes_no_buffer_and_copies_no_query(c, subject, device):
 @nope_property()
 @given(c=forward_cases())
 def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
+    """On the copy branch the query is ``q_concat_buffer[:T]`` and no row past ``T`` is written (a
+    forward without the buffer: a fresh ``[T, H, D]`` tensor, not ``ql_nope``'s memory)."""
     for seen in forward_calls(c, subject, device):
         if seen.taken != "copy":
             continue
@@ -256,6 +247,8 @@ def test_copy_path_writes_only_the_first_T_rows(c, subject, device):
 @nope_property()
 @given(c=forward_cases())
 def test_query_has_the_buffer_dtype_and_the_oracle_values(c, subject, device):
+    """The query handed downstream has the copy path's dtype (``oracles.nope.copy_query_dtype``: the
+    buffer's; fp8: the fp8 dtype) and, bit for bit, the oracle's values."""
     for seen in forward_calls(c, subject, device):
         q = seen.run.call.q
         want = FP8_DTYPE if seen.taken == "fp8" else seen.copy_dtype
@@ -266,6 +259,7 @@ def test_query_has_the_buffer_dtype_and_the_oracle_values(c, subject, device):
 @nope_property()
 @given(c=forward_cases())
 def test_forward_leaves_ql_nope_and_q_pe_unchanged(c, subject, device):
+    """Their storages are byte-for-byte unchanged."""
     for seen in forward_calls(c, subject, device):
         changed = (storage_bytes(seen.ql) != seen.run.ql_before).nonzero()
         assert not len(changed), f"forward wrote into ql_nope's storage (first byte {int(changed[0])})"
@@ -275,6 +269,8 @@ def test_forward_leaves_ql_nope_and_q_pe_unchanged(c, subject, device):
 @nope_property([c for c in PINNED if has_both_branches(c)])
 @given(c=forward_cases(both_branches=True))
 def test_zero_copy_and_copy_outputs_are_bit_equal(c, subject, device):
+    """The same values give the same output bits on both branches (same forward, same downstream
+    attention)."""
     outputs = [(s.taken, s.run.result.output[: c.num_actual_tokens].clone()) for s in forward_calls(c, subject, device)]
     if len(outputs) == 2:  # else a known finding was passed over
         (first, a), (second, b) = outputs
@@ -284,6 +280,8 @@ def test_zero_copy_and_copy_outputs_are_bit_equal(c, subject, device):
 @nope_property()
 @given(c=forward_cases())
 def test_attention_reads_the_steps_kv_indices(c, subject, device):
+    """The attention gets the step's ``paged_kv_indptr`` and live ``paged_kv_indices``, bit for bit
+    (vLLM rebuilds the indices through its top-k remap)."""
     for seen in forward_calls(c, subject, device):
         assert_handed_metadata(seen.run.call.metadata, seen.inputs.metadata)
 
@@ -314,6 +312,8 @@ def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torc
 @nope_property()
 @given(c=forward_cases())
 def test_output_matches_the_reference_forward(c, subject, device):
+    """The output is close to the reference sparse MLA forward within
+    ``oracles.nope.FORWARD_TOLERANCES``."""
     for seen in forward_calls(c, subject, device):
         check_output_close(c, seen.inputs, seen.run.result.output, seen.query, subject)
 
@@ -332,6 +332,7 @@ def release(subject):
 @nope_property()
 @given(c=forward_cases())
 def test_output_equals_the_release_forward(c, subject, release, device):
+    """With ``--baseline release``, the same bits as the vLLM release's ``forward_mqa``."""
     config, forward = new_forward(release, c, device)
     inputs = build_inputs(c, device)  # the same values as the subject's: drawn from the case's seed
     released = run_forward(config, forward, inputs.ql_nope, inputs, subject=release)
