@@ -19,7 +19,8 @@ from pathlib import Path
 from fixtures import ROOT
 
 PACKAGES = ("fixtures", "oracles", "tools")
-REFERENCE = re.compile(r"(?:``|:\w+:`~?|`)((?:%s)(?:\.\w+)+)(?:\(\))?`" % "|".join(PACKAGES))
+NAMES = "|".join(PACKAGES)
+REFERENCE = re.compile(rf"(?:``|:\w+:`~?|`)((?:{NAMES})(?:\.\w+)+)(?:\(\))?`")
 
 
 def cited(text: str) -> set[str]:
