@@ -24,21 +24,16 @@ from fixtures.inputs.batches import make_batch
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs
 from fixtures.models.runtime import EagerRuntime, Event
 from fixtures.plugin.fresh_run import repo
-from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
-from fixtures.subjects.vllm.backend import BUILDER, LAUNCHER
+from fixtures.protocol import HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
+from fixtures.subjects.vllm.backend import BUILDER
 from fixtures.subjects.vllm.config import StandIn, StandInMissing, describe_provenance, generated_stand_in
-from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed, layer_stand_in
+from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed
 from fixtures.subjects.vllm.findings import assert_seen_on
 from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward, has_fp8_concat_quant_op
 from fixtures.subjects.vllm.init_attributes import IncompleteFixture, init_attributes
 from fixtures.subjects.vllm.subject import (
     BUILDER_BUFFERS,
-    HOST_PATH_STATE,
     VllmSubject,
-    bind_launcher,
-    capabilities_of,
-    forward_capabilities,
-    forward_notes,
     has_nope_zero_copy,
 )
 from oracles.step import expected_seqlens
@@ -264,127 +259,6 @@ def test_host_path_calls_in_the_backend_namespace_reach_the_runtime(backend, dev
     assert len(events) == 1
     assert target.tolist() == list(range(9))
     assert (backend.torch, backend.np_to_pinned_tensor) == before
-
-
-# ----- version tolerance, without vLLM ------------------------------------------
-def test_launcher_is_bound_by_name_in_either_signature():
-    values = dict(query_lens="Q", seq_lens="S", cu_query_lens="C", topk_token=7, num_tokens=3, max_query_len=2)
-
-    def released(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len):
-        return (seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len)
-
-    def query_lens_first(query_lens, seq_lens, cu_query_lens, topk, num_tokens, max_query_len):
-        return (query_lens, seq_lens, cu_query_lens, topk, num_tokens, max_query_len)
-
-    assert bind_launcher(released, values) == ("S", "C", 7, 3, 2)
-    assert bind_launcher(query_lens_first, values) == ("Q", "S", "C", 7, 3, 2)
-
-
-class _Released:
-    def __init__(self):
-        self.paged_kv_indptr = None
-
-
-class _WithHostPath(_Released):
-    def __init__(self):
-        super().__init__()
-        self._host_decode_indptr = None
-        self._host_indptr = None
-        self._host_upload_done = None
-        self._decode_req_id_extent = 0
-        self._prev_req_extent = 0
-
-
-def _launcher(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len):
-    pass
-
-
-def _unknown_launcher(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len, new_flag):
-    pass
-
-
-def test_host_path_declared_only_where_its_state_exists():
-    caps, notes = capabilities_of(_Released, _launcher, "X")
-    assert HOST_PATH not in caps and DEVICE_KERNEL in caps
-    assert "has no pure-decode host path" in notes[HOST_PATH]
-    assert all(name in notes[HOST_PATH] for name in HOST_PATH_STATE)
-    caps, notes = capabilities_of(_WithHostPath, _launcher, "X")
-    assert HOST_PATH in caps and HOST_PATH not in notes
-
-
-def test_unknown_launcher_signature_is_not_applicable_with_reason():
-    caps, notes = capabilities_of(_Released, _unknown_launcher, "X")
-    assert DEVICE_KERNEL not in caps
-    assert "new_flag" in notes[DEVICE_KERNEL] and LAUNCHER in notes[DEVICE_KERNEL]
-
-
-class _CopyOnly:
-    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
-        ql_nope, q_pe = q
-        q = self.q_concat_buffer[: ql_nope.shape[0]]
-        if q_pe.shape[-1] == 0:
-            q.copy_(ql_nope)
-        return q
-
-
-class _ZeroCopy:
-    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
-        ql_nope, q_pe = q
-        if q_pe.shape[-1] == 0 and ql_nope.is_contiguous() and ql_nope.dtype == self.q_concat_buffer.dtype:
-            q = ql_nope
-        else:
-            q = self.q_concat_buffer[: ql_nope.shape[0]]
-        return q
-
-
-def test_nope_zero_copy_detected_from_forward_mqa_source():
-    assert not has_nope_zero_copy(_CopyOnly) and has_nope_zero_copy(_ZeroCopy)
-    assert "no NoPE zero-copy branch" in forward_notes(_CopyOnly, "X")["nope_zero_copy"]
-    assert "nope_zero_copy" not in forward_notes(_ZeroCopy, "X")
-    assert forward_capabilities(_CopyOnly, "X")[0] == {NOPE_FORWARD}
-    assert forward_capabilities(_ZeroCopy, "X")[0] == {NOPE_FORWARD, NOPE_ZERO_COPY}
-
-
-class _NeedsIndexer(_ZeroCopy):
-    def __init__(self, indexer=None):
-        assert indexer is not None
-        self.topk_indices_buffer = indexer.topk_indices_buffer
-
-
-class _NoNopeBranch:
-    def forward_mqa(self, q, kv_cache, attn_metadata, layer):
-        ql_nope, q_pe = q
-        q = self.q_concat_buffer[: ql_nope.shape[0]]
-        ops.concat_mla_q(ql_nope, q_pe, q)  # noqa: F821 (never run: read as source)
-        return q
-
-
-def test_a_forward_the_suite_cannot_make_or_that_has_no_nope_branch_is_not_applicable_with_reason():
-    """Releases 0.21-0.23 assert an indexer module is given; 0.24-0.29 send every query to concat_mla_q."""
-    caps, notes = forward_capabilities(_NeedsIndexer, "X")
-    assert caps == set() and "asserts an indexer module is given" in notes[NOPE_FORWARD]
-    caps, notes = forward_capabilities(_NoNopeBranch, "X")
-    assert caps == set() and "has no NoPE branch" in notes[NOPE_FORWARD] and NOPE_ZERO_COPY in notes
-
-
-def test_the_layer_keeps_aiter_metadata_off_with_the_switch_the_builder_has():
-    """Where AITER is stood in: AITER's Triton sparse MLA where the builder reads that switch, else
-    attention sinks; with AMD AITER present neither (the persistent-metadata branch runs)."""
-
-    class WithSwitch:
-        def __init__(self):
-            self.on = getattr(object(), "use_aiter_sparse_mla", False)
-
-    class WithoutSwitch:
-        def __init__(self):
-            self.sinks = None
-
-    with_switch = layer_stand_in("cpu", False, WithSwitch).impl
-    assert with_switch.use_aiter_sparse_mla is True and with_switch.sinks is None
-    without = layer_stand_in("cpu", False, WithoutSwitch).impl
-    assert without.use_aiter_sparse_mla is False and without.sinks.dtype == torch.float32
-    real = layer_stand_in("rocm", True, WithSwitch).impl
-    assert real.use_aiter_sparse_mla is False and real.sinks is None
 
 
 # ----- a broken vLLM-driven subject is caught ------------------------------------
