@@ -15,14 +15,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import hashlib
 import importlib
 import json
 import re
 import stat
-import subprocess
 import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -34,18 +31,16 @@ from fixtures.plugin.profiles import NO_SHRINK
 from tools import vllm_mutants as vm
 from tools.vllm_mutants import __main__ as cli
 from tools.vllm_mutants import reach_plugin
-from tools.vllm_mutants.discover import _lines
+from tools.vllm_mutants.discover import source_lines
 from tools.vllm_mutants.equivalent import EQUIVALENT, check_equivalent_table
-from tools.vllm_mutants.generate import every_id, independent
+from tools.vllm_mutants.generate import every_id
+from tools.vllm_mutants.operators import independent
 from tools.vllm_mutants.report import MergeError, build_report, comparable, merge, reclassify, render_markdown
 from tools.vllm_mutants.run import (
     STATUSES,
-    classify,
     load_error,
-    ran_from_tree,
     run_mutants,
     shard,
-    verification_args,
     write_tree,
 )
 
@@ -317,13 +312,13 @@ def test_every_operator_fires_and_each_mutant_is_one_hunk(pair):
     assert set(counts) == set(vm.OPERATORS), counts
     # lo = 0 / step = 1 only bind names from constants: swapping them is not generated.
     assert generation.skipped == {"independent_swaps": 1}
-    original = _lines(CHANGE)
+    original = source_lines(CHANGE)
     for m in generation.mutants:
         assert load_error(m) is None, m.id
         hunks = re.findall(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@$", m.diff, re.M)
         assert len(hunks) == 1, m.diff
         start, old_len, _, new_len = map(int, hunks[0])
-        mutated = _lines(m.source)
+        mutated = source_lines(m.source)
         # Byte-identical outside the hunk.
         assert mutated[: start - 1] == original[: start - 1], m.id
         assert mutated[start - 1 + new_len :] == original[start - 1 + old_len :], m.id
@@ -570,17 +565,6 @@ def test_a_failing_control_stops_the_run(pair, tmp_path, suite):
     assert "the unmutated overlay does not pass" in report["summary"]["problems"][0]
 
 
-def test_a_run_whose_summary_does_not_show_the_mutated_file_is_an_error(tmp_path):
-    log = tmp_path / "log"
-    tree, relpath, source = tmp_path / "tree", "vllm/fake/ops.py", "x = 1\n"
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    log.write_text(f"vLLM overlay {tree}: vllm.fake.ops <- {(tree / relpath).resolve()} (sha256 {digest}) [ran]\n")
-    assert ran_from_tree(log, tree, relpath, source)
-    assert not ran_from_tree(log, tree, relpath, "x = 2\n")  # another file ran
-    log.write_text(log.read_text().replace("[ran]", "[not imported]"))
-    assert not ran_from_tree(log, tree, relpath, source)
-
-
 def test_the_equivalent_table_rejects_what_matches_nothing(pair, tmp_path, monkeypatch, capsys):
     release, change = pair
     ids = every_id(change)
@@ -606,75 +590,6 @@ def test_the_equivalent_table_is_well_formed():
     for mutant_id, reason in EQUIVALENT.items():
         assert re.fullmatch(rf"[\w.]+:[\w.]+:L\d+:({ops}):\d+", mutant_id), mutant_id
         assert reason.strip() and "\n" not in reason, mutant_id
-
-
-def test_the_run_arguments_are_the_verification_against_the_overlay(tmp_path):
-    args = verification_args(["tests"], tmp_path / "tree", tmp_path / "r.json", ["--subject=vllm"])
-    for arg in ("--subject=vllm", f"--vllm-overlay={tmp_path / 'tree'}", f"--kill-matrix-json={tmp_path / 'r.json'}"):
-        assert arg in args
-    assert args[args.index("-m") + 1] == "verification" and "-x" in args and "tools.killmatrix_plugin" in args
-    assert "tools.vllm_mutants.reach_plugin" not in args
-    traced = verification_args(["tests"], tmp_path / "t", tmp_path / "r", reach=(["/x/ops.py"], tmp_path / "l.json"))
-    assert "tools.vllm_mutants.reach_plugin" in traced and "--reach-file=/x/ops.py" in traced
-
-
-@pytest.mark.parametrize(
-    "returncode, outcome, status",
-    [(0, "passed", "survived"), (1, "failed", "killed"), (1, "passed", "error"), (0, "skipped", "error")]
-    + [(rc, None, "not_loadable") for rc in (2, 3, 4)]
-    + [(5, None, "error"), (None, None, "timeout"), (-9, None, "error")],
-)
-def test_classify(tmp_path, returncode, outcome, status):
-    record = tmp_path / "r.json"
-    if outcome:
-        rec = {"outcomes": {"call": outcome}, "skip_reason": "n/a" if outcome == "skipped" else None, "calls": 3}
-        rec.update(first_failure_call=3 if outcome == "failed" else None, seconds_to_first_failure=0.5)
-        rec.update(falsifying=[], reproducer=True, hypothesis=True, seconds=1.0)
-        record.write_text(json.dumps({"exitstatus": returncode, "tests": {"tests/a.py::test_p": rec}}))
-    verdict = classify(returncode, record, tmp_path / "log", timeout=9)
-    assert verdict["status"] == status, verdict
-    if status == "killed":
-        assert verdict["killed_by"] == "tests/a.py::test_p" and verdict["examples"] == 3
-
-
-def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_path):
-    log = tmp_path / "log"
-    log.write_text(
-        "....Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
-        '  File "/x/triton/runtime/interpreter.py", line 604 in binary_op\n'
-        '  File "/repo/tests/differential/test_single_step.py", line 105 in test_host_path\n'
-        '  File "/repo/fixtures/killmatrix_plugin.py", line 50 in test_host_path\n'
-        '  File "/repo/tests/differential/test_single_step.py", line 91 in test_host_path\n'
-    )
-    verdict = classify(-6, tmp_path / "missing.json", log, timeout=9)
-    assert verdict["status"] == "killed" and verdict["crash"] == "SIGABRT"
-    assert verdict["killed_by"] == "tests/differential/test_single_step.py::test_host_path"
-    log.write_text("killed from outside, no dump\n")
-    assert classify(-9, tmp_path / "missing.json", log, timeout=9)["status"] == "error"
-
-
-def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
-    """One real pytest process with the plugin: a hypothesis property that fails on its 1st example."""
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "test_p.py").write_text(
-        textwrap.dedent(
-            """
-            from hypothesis import given, settings, strategies as st
-
-            @settings(database=None, derandomize=True)
-            @given(st.integers())
-            def test_p(x):
-                assert False
-            """
-        )
-    )
-    record = tmp_path / "r.json"
-    argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_p.py"), "-q", "-p", "no:cacheprovider", "-x"]
-    argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "tools.killmatrix_plugin", f"--kill-matrix-json={record}"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    verdict = classify(proc.returncode, record, tmp_path / "log", timeout=9)
-    assert verdict["status"] == "killed", proc.stdout[-2000:]
-    assert verdict["killed_by"].endswith("test_p.py::test_p") and verdict["examples"] == 1
 
 
 @pytest.mark.parametrize(

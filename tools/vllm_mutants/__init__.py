@@ -6,7 +6,9 @@ against ``../shared/vllm-pr-base``; ``tox -e mutants-vllm`` for the function sco
 - :mod:`~tools.vllm_mutants.discover`: what the change touched, in two scopes: the statements
   its diff adds or modifies (``--scope lines``, the default with ``--base``), or every statement
   of every function it changed (``--scope function``);
-- :mod:`~tools.vllm_mutants.generate`: one-place mutants of those statements (:data:`OPERATORS`);
+- :mod:`~tools.vllm_mutants.generate`: one-place mutants of those statements, made by the
+  registry of :mod:`~tools.vllm_mutants.operators` (:data:`OPERATORS`) and written back as text
+  by :mod:`~tools.vllm_mutants.splice`;
 - :mod:`~tools.vllm_mutants.run`: a control run that records which test executes which line
   (coverage.py's dynamic contexts, :mod:`~tools.vllm_mutants.reach_plugin`), then each mutant
   against only the tests that reach it, ``-x``, through the fork server

@@ -47,12 +47,13 @@ class ChangedFunction:
     status: str  # "changed" or "new"
 
 
-def _read(path: Path) -> str:
+def read_source(path: Path) -> str:
+    """The file's text, its line endings as they are."""
     with open(path, encoding="utf-8", newline="") as fh:
         return fh.read()
 
 
-def _lines(text: str) -> list[str]:
+def source_lines(text: str) -> list[str]:
     """Lines with their endings, split where ``ast`` counts lines (not at form feeds)."""
     return io.StringIO(text, newline="").readlines()
 
@@ -75,7 +76,8 @@ def functions_of(tree: ast.AST) -> dict[str, ast.FunctionDef | ast.AsyncFunction
     return found
 
 
-def _is_docstring(stmt: ast.stmt) -> bool:
+def is_docstring(stmt: ast.stmt) -> bool:
+    """A statement that is a string alone (a docstring where it comes first in a body)."""
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
@@ -84,7 +86,7 @@ def normalised_dump(node: ast.AST) -> str:
     node = copy.deepcopy(node)
     for n in ast.walk(node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
-            if n.body and _is_docstring(n.body[0]):
+            if n.body and is_docstring(n.body[0]):
                 n.body = n.body[1:] or [ast.Pass()]
     return ast.dump(node, include_attributes=False)
 
@@ -146,7 +148,7 @@ class Hunk:
 def diff_hunks(old_source: str | None, new_source: str, relpath: str) -> list[Hunk]:
     """The hunks of the diff from ``old_source`` (None: a new file) to ``new_source``; a hunk's
     ``changed`` lines are its ``+`` lines that hold code (blank and comment-only lines do not)."""
-    old, new = _lines(old_source or ""), _lines(new_source)
+    old, new = source_lines(old_source or ""), source_lines(new_source)
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     hunks = []
     for group in matcher.get_grouped_opcodes(3):

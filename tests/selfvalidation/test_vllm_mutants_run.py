@@ -1,0 +1,99 @@
+"""How one mutant's run becomes a verdict (:mod:`tools.vllm_mutants.run`), without the synthetic
+release/change pair: the arguments of a run are the verification against the overlay, the run's
+summary must show the mutated file, and :func:`~tools.vllm_mutants.run.classify` reads the
+kill-matrix record (written by the real plugin in one pytest process) and the log of a process
+killed by a signal into killed, survived, not loadable, timeout or error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fixtures.plugin.fresh_run import ROOT
+from tools.vllm_mutants.run import classify, ran_from_tree, verification_args
+
+
+def test_a_run_whose_summary_does_not_show_the_mutated_file_is_an_error(tmp_path):
+    log = tmp_path / "log"
+    tree, relpath, source = tmp_path / "tree", "vllm/fake/ops.py", "x = 1\n"
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    log.write_text(f"vLLM overlay {tree}: vllm.fake.ops <- {(tree / relpath).resolve()} (sha256 {digest}) [ran]\n")
+    assert ran_from_tree(log, tree, relpath, source)
+    assert not ran_from_tree(log, tree, relpath, "x = 2\n")  # another file ran
+    log.write_text(log.read_text().replace("[ran]", "[not imported]"))
+    assert not ran_from_tree(log, tree, relpath, source)
+
+
+def test_the_run_arguments_are_the_verification_against_the_overlay(tmp_path):
+    args = verification_args(["tests"], tmp_path / "tree", tmp_path / "r.json", ["--subject=vllm"])
+    for arg in ("--subject=vllm", f"--vllm-overlay={tmp_path / 'tree'}", f"--kill-matrix-json={tmp_path / 'r.json'}"):
+        assert arg in args
+    assert args[args.index("-m") + 1] == "verification" and "-x" in args and "tools.killmatrix_plugin" in args
+    assert "tools.vllm_mutants.reach_plugin" not in args
+    traced = verification_args(["tests"], tmp_path / "t", tmp_path / "r", reach=(["/x/ops.py"], tmp_path / "l.json"))
+    assert "tools.vllm_mutants.reach_plugin" in traced and "--reach-file=/x/ops.py" in traced
+
+
+@pytest.mark.parametrize(
+    "returncode, outcome, status",
+    [(0, "passed", "survived"), (1, "failed", "killed"), (1, "passed", "error"), (0, "skipped", "error")]
+    + [(rc, None, "not_loadable") for rc in (2, 3, 4)]
+    + [(5, None, "error"), (None, None, "timeout"), (-9, None, "error")],
+)
+def test_classify(tmp_path, returncode, outcome, status):
+    record = tmp_path / "r.json"
+    if outcome:
+        rec = {"outcomes": {"call": outcome}, "skip_reason": "n/a" if outcome == "skipped" else None, "calls": 3}
+        rec.update(first_failure_call=3 if outcome == "failed" else None, seconds_to_first_failure=0.5)
+        rec.update(falsifying=[], reproducer=True, hypothesis=True, seconds=1.0)
+        record.write_text(json.dumps({"exitstatus": returncode, "tests": {"tests/a.py::test_p": rec}}))
+    verdict = classify(returncode, record, tmp_path / "log", timeout=9)
+    assert verdict["status"] == status, verdict
+    if status == "killed":
+        assert verdict["killed_by"] == "tests/a.py::test_p" and verdict["examples"] == 3
+
+
+def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_path):
+    log = tmp_path / "log"
+    log.write_text(
+        "....Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
+        '  File "/x/triton/runtime/interpreter.py", line 604 in binary_op\n'
+        '  File "/repo/tests/differential/test_single_step.py", line 105 in test_host_path\n'
+        '  File "/repo/fixtures/killmatrix_plugin.py", line 50 in test_host_path\n'
+        '  File "/repo/tests/differential/test_single_step.py", line 91 in test_host_path\n'
+    )
+    verdict = classify(-6, tmp_path / "missing.json", log, timeout=9)
+    assert verdict["status"] == "killed" and verdict["crash"] == "SIGABRT"
+    assert verdict["killed_by"] == "tests/differential/test_single_step.py::test_host_path"
+    log.write_text("killed from outside, no dump\n")
+    assert classify(-9, tmp_path / "missing.json", log, timeout=9)["status"] == "error"
+
+
+def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
+    """One real pytest process with the plugin: a hypothesis property that fails on its 1st example."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_p.py").write_text(
+        textwrap.dedent(
+            """
+            from hypothesis import given, settings, strategies as st
+
+            @settings(database=None, derandomize=True)
+            @given(st.integers())
+            def test_p(x):
+                assert False
+            """
+        )
+    )
+    record = tmp_path / "r.json"
+    argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_p.py"), "-q", "-p", "no:cacheprovider", "-x"]
+    argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "tools.killmatrix_plugin", f"--kill-matrix-json={record}"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    verdict = classify(proc.returncode, record, tmp_path / "log", timeout=9)
+    assert verdict["status"] == "killed", proc.stdout[-2000:]
+    assert verdict["killed_by"].endswith("test_p.py::test_p") and verdict["examples"] == 1
