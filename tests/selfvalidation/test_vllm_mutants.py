@@ -17,9 +17,11 @@ import dataclasses
 import difflib
 import importlib
 import json
+import os
 import re
 import stat
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -389,7 +391,12 @@ def ran_tests(result) -> set[str]:
     return {t.rsplit("::", 1)[1] for t in json.loads(record.read_text())["tests"]}
 
 
-def test_each_mutant_runs_only_the_tests_that_reach_it(pair, tmp_path, suite):
+def test_each_mutant_runs_only_the_tests_that_reach_it(pair, tmp_path, suite, monkeypatch):
+    """...and the run, through the fork server, leaves the temp folder as it found it."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the fork server's and its children's
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this process's: the mutants' trees
     release, change = pair
     generation = vm.generate(change, base=release, scope="function")
     fill_deleted = by(generation.mutants, "delete_call", "out.fill_")
@@ -406,6 +413,7 @@ def test_each_mutant_runs_only_the_tests_that_reach_it(pair, tmp_path, suite):
     run = run_synthetic(chosen, change, tmp_path / "out", suite)
     assert run["control"]["status"] == "passed", run["control"]
     assert "fork" in run["launcher"] or "fresh" in run["launcher"]
+    assert [n for n in os.listdir(temp) if not n.startswith("torchinductor_")] == [], "the run left files behind"
     results = run["results"]
     # Reach: per test, from coverage's dynamic contexts.
     ops_file = str((change / "vllm/fake/ops.py").resolve())
