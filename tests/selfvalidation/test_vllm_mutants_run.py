@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import textwrap
 import pytest
 
 from fixtures.plugin.fresh_run import ROOT
+from tools.killmatrix_plugin import running_file
 from tools.vllm_mutants.run import classify, ran_from_tree, verification_args
 
 
@@ -97,3 +99,42 @@ def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
     verdict = classify(proc.returncode, record, tmp_path / "log", timeout=9)
     assert verdict["status"] == "killed", proc.stdout[-2000:]
     assert verdict["killed_by"].endswith("test_p.py::test_p") and verdict["examples"] == 1
+
+
+def test_a_crash_deeper_than_the_fatal_signal_dump_is_still_a_kill_by_its_test(tmp_path):
+    """Regression: a mutant whose out-of-bounds read segfaulted under a deep hypothesis stack read as
+    an error ("exited -11 without per-test records"): faulthandler keeps the innermost 100 frames,
+    which did not reach the test.  The kill-matrix plugin names the running test beside its records."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_c.py").write_text(
+        textwrap.dedent(
+            """
+            import ctypes
+            from hypothesis import given, settings, strategies as st
+
+            def deep(n):
+                return ctypes.string_at(0) if n == 0 else deep(n - 1)
+
+            def test_passes():
+                pass
+
+            @settings(database=None, derandomize=True)
+            @given(st.integers())
+            def test_crashes(x):
+                deep(150)
+            """
+        )
+    )
+    record, log = tmp_path / "r.json", tmp_path / "log"
+    argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_c.py"), "-q", "-p", "no:cacheprovider", "-x"]
+    argv += ["-c", str(tmp_path / "pytest.ini"), "-p", "tools.killmatrix_plugin", f"--kill-matrix-json={record}"]
+    with open(log, "w") as out:
+        proc = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=120)
+    text = log.read_text()
+    assert proc.returncode == -signal.SIGSEGV and "Fatal Python error" in text, text[-2000:]
+    assert "test_crashes" not in text.split("Fatal Python error", 1)[1], "the dump reaches the test: not deep enough"
+    verdict = classify(proc.returncode, record, log, timeout=9)
+    assert verdict["status"] == "killed" and verdict["crash"] == "SIGSEGV", verdict
+    assert verdict["killed_by"].endswith("test_c.py::test_crashes")
+    running_file(record).unlink()  # no test running: a death by a signal outside a test is an error
+    assert classify(proc.returncode, record, log, timeout=9)["status"] == "error"

@@ -47,6 +47,7 @@ from fixtures.protocol import EXIT_SUITE_ERROR
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
+from tools.killmatrix_plugin import running_file
 from tools.vllm_mutants import reach_plugin
 from tools.vllm_mutants.generate import Mutant
 
@@ -118,8 +119,17 @@ def _log_tail(log: Path, lines: int = 6) -> str:
 _FAULT_FRAME = re.compile(r'^\s*File "(?:.*/)?(tests/[^"]+\.py)", line \d+ in (test_\w+)', re.M)
 
 
-def _crashed_test(log: Path) -> str | None:
-    """The test a fatal-signal dump (Python's faulthandler, on in pytest) shows running, or None."""
+def _crashed_test(record: Path, log: Path) -> str | None:
+    """The test a process that died by a signal was running, or None (it died outside a test).
+
+    The kill-matrix plugin names the test whose call phase runs beside its
+    records (:func:`tools.killmatrix_plugin.running_file`); a log without that
+    file falls back to the frames of the fatal-signal dump (Python's
+    faulthandler, on in pytest), which keeps only the innermost 100.
+    """
+    running = running_file(record)
+    if running.exists():
+        return running.read_text().strip() or None
     try:
         text = log.read_text(errors="replace")
     except OSError:
@@ -144,7 +154,7 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     if returncode in (2, 3, 4):
         return {"status": "not_loadable", "detail": f"pytest exited {returncode}: {_log_tail(log)}"}
     if returncode < 0:
-        crashed_in = _crashed_test(log)
+        crashed_in = _crashed_test(record, log)
         if crashed_in:
             # The mutant made the process die (e.g. an out-of-bounds access under the Triton
             # interpreter aborts): the verification fails on it, though no assertion did.
@@ -282,7 +292,8 @@ def run_mutants(
                 continue
             name = f"{i + 1:04d}-{_slug(m.id)}"
             mrecord = out / "runs" / f"{name}.json"
-            mrecord.unlink(missing_ok=True)
+            for stale in (mrecord, running_file(mrecord)):
+                stale.unlink(missing_ok=True)
             tree = write_tree(overlay, trees / name, m.relpath, m.source)
             budget = sum(run["seconds"].get(t, 0.0) for t in selected)
             limit = min(timeout, 60.0 + 3.0 * budget)
@@ -323,7 +334,7 @@ def control_run(launcher, paths, overlay, extra, files, mutants, out, env, timeo
     None (``run["control"]`` says why) when it does not pass.  With ``workers > 1`` it runs under
     pytest-xdist (each worker records its reach; passing is the exit status 0)."""
     record, reach_json = out / "runs" / "control.json", out / "control-reach.json"
-    for path in (record, *out.glob("control-reach*.json")):
+    for path in (record, running_file(record), *out.glob("control-reach*.json")):
         path.unlink(missing_ok=True)
     functions = sorted({f"{(overlay / m.relpath).resolve()}::{m.function}" for m in mutants})
     args = verification_args(paths, overlay, record, extra, reach=(files, reach_json, functions))
