@@ -119,6 +119,22 @@ def test_a_run_past_its_time_limit_is_killed(tmp_path, suite):
     assert outcome.returncode is None and outcome.error is None and outcome.seconds < 30
 
 
+@pytest.mark.parametrize("mode", ["fork", "fresh"])
+def test_a_run_killed_by_a_signal_leaves_nothing_in_the_temp_folder(tmp_path, suite, mode):
+    """A child that dies by a signal never reaches its own clean-up (atexit, pytest's): what it made in
+    the temp folder is removed with the run's own folder (a crashed mutant once left its model folder)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**pytest_env("ci", autoload=False, pythonpath=[ROOT]), "TMPDIR": str(temp)}
+    probe = "import os, signal, tempfile\n\ndef test_dies():\n    tempfile.mkdtemp(prefix='left-')\n"
+    (suite / "tests" / "test_probe.py").write_text(probe + "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    runs = probe_runs(tmp_path, suite, ["k"], env)
+    with Launcher(jobs=1, mode=mode, env=env) as launcher:
+        outcome = run_all(launcher, runs)["k"]
+    assert outcome.returncode == -9, (tmp_path / "logs" / "k.log").read_text()[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
 def test_a_gpu_machine_gets_fresh_processes(tmp_path, suite):
     """A CUDA/HIP context does not survive fork(): where torch sees a GPU, every run is a process of its own."""
     mode, why = choose_mode("auto", gpu=lambda: True)
