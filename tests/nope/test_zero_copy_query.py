@@ -14,7 +14,9 @@ fails the first test only.  A call without tokens that hands nothing
 downstream (nothing to attend) has nothing to check beyond its empty output
 (``fixtures.harness.forward.run_forward``); a subject whose ``forward_mqa``
 takes ``ql_nope`` in the model dtype only (``query_in_model_dtype_only``, with
-its reason) counts a case with another ``ql_nope`` dtype as not applicable.
+its reason) counts a case with another ``ql_nope`` dtype as not applicable, and
+one whose ``make_forward`` refuses the layer (``ForwardNotApplicable``: a
+backend that does not serve it by its own declaration) likewise.
 On CPU the downstream attention is the reference
 sparse MLA forward (``oracles.nope.sparse_mla_forward``), standing in for the
 GPU kernel that cannot run here; on a GPU a subject's own kernel runs
@@ -43,7 +45,7 @@ from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, 
 from fixtures.inputs.strategies import pinned
 from fixtures.models.runtime import is_sentinel
 from fixtures.models.tensors import same_place, same_storage, storage_bytes
-from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY
+from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 from oracles import nope as oracle
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -151,7 +153,11 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> It
     if only and c.ql_dtype != c.model_dtype:
         event(f"not applicable: ql_nope in another dtype than the model's: {only}")
         reject()
-    config, forward = new_forward(subject, c, device)
+    try:
+        config, forward = new_forward(subject, c, device)
+    except ForwardNotApplicable as exc:  # a layer the subject's backend does not serve (its own declaration)
+        event(f"not applicable: {exc}")
+        reject()
     inputs = build_inputs(c, device)
     ql = inputs.ql_nope
     values = ql.contiguous().clone()

@@ -33,6 +33,7 @@ from fixtures.protocol import (
     PAGED_KV_METADATA,
     PERSISTENT_BUFFERS,
     PROTOCOL_VERSION,
+    ForwardNotApplicable,
     StepResult,
     SubjectError,
     check_subject,
@@ -266,15 +267,58 @@ def test_each_family_edit_applies_to_the_installed_file(name, tmp_path):
     assert set(edit.subjects) <= set(SIBLINGS)
 
 
-# ----- FlashInfer's forward_mqa (fixtures/subjects/vllm/sparse_forward.py) -------
-def flashinfer_forward(model_dtype: torch.dtype, t: int = 2, heads: int = 4, lora: int = 8, **kw):
-    """The real FlashInferMLASparseImpl.forward_mqa on a NoPE layer, the step's keys drawn from its seed."""
-    subject = sibling("vllm-flashinfer-sparse")
+# ----- the siblings' forward_mqa (fixtures/subjects/vllm/sparse_forward.py) -------
+def sibling_forward(name: str, model_dtype: torch.dtype, t: int = 2, heads: int = 4, lora: int = 8, **kw):
+    """The real ``forward_mqa`` of sibling ``name`` on a NoPE layer, the step's keys drawn from its seed."""
+    subject = sibling(name)
     c = ForwardCase(4, t, t, num_heads=heads, kv_lora_rank=lora, qk_rope_head_dim=0, model_dtype=model_dtype,
                     ql_dtype=model_dtype, **kw)  # fmt: skip
     config, forward = new_forward(subject, c, torch.device("cpu"))
     inputs = build_inputs(c, torch.device("cpu"))
     return subject, c, config, forward, inputs
+
+
+def flashinfer_forward(model_dtype: torch.dtype, **kw):
+    """FlashInferMLASparseImpl.forward_mqa (:func:`sibling_forward`)."""
+    return sibling_forward("vllm-flashinfer-sparse", model_dtype, **kw)
+
+
+def test_flashmla_sparse_forward_hands_the_kernel_the_steps_rows_and_the_layers_heads():
+    """FlashMLA's NoPE copy goes into its workspace's head-padded query; the kernel stand-in reads back, from
+    what vLLM's conversion handed the kernel, exactly the step's keys, and the layer's heads of the query
+    hold ql_nope's values."""
+    subject, c, config, forward, inputs = sibling_forward("vllm-flashmla-sparse", torch.bfloat16, heads=3)
+    assert NOPE_ZERO_COPY not in subject.capabilities
+    run = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject)
+    assert run.result.path == "copy" and not same_storage(run.call.q, inputs.ql_nope)
+    assert tuple(run.call.q.shape) == (c.num_tokens, 3, c.kv_lora_rank) and torch.equal(run.call.q, inputs.ql_nope)
+    assert tuple(run.result.output.shape) == (c.num_tokens, 3, c.kv_lora_rank)
+    handed, given = run.call.metadata, inputs.metadata
+    assert torch.equal(handed.paged_kv_indptr, given.paged_kv_indptr[: c.num_tokens + 1])
+    assert torch.equal(handed.paged_kv_indices, given.paged_kv_indices[: given.live])
+
+
+@pytest.mark.parametrize(
+    "model_dtype, cache, reason",
+    [
+        (torch.float16, "auto", r"vLLM's FlashMLASparseBackend\.supported_dtypes is \[torch\.bfloat16\]"),
+        (torch.bfloat16, "fp8", r"FlashMLASparseBackend's fp8 cache is fp8_ds_mla"),
+    ],
+)
+def test_a_layer_the_sibling_backend_does_not_serve_is_not_applicable_by_its_declaration(model_dtype, cache, reason):
+    """vLLM never runs a float16 model on FlashMLA's sparse backend (its supported_dtypes), and its "fp8" is
+    another cache format than the NoPE cases' per-tensor fp8: the forward is refused, naming why."""
+    with pytest.raises(ForwardNotApplicable, match=reason):
+        sibling_forward("vllm-flashmla-sparse", model_dtype, kv_cache_dtype=cache)
+
+
+@pytest.mark.parametrize("name", ["vllm-flashinfer-sparse", "vllm-flashmla-sparse"])
+def test_a_sibling_forward_is_not_handed_a_step_without_tokens(name):
+    """``MLAAttention`` calls ``forward_mqa`` only with tokens: a step without any is not handed over."""
+    subject, c, config, forward, inputs = sibling_forward(name, torch.bfloat16, t=0)
+    run = run_forward(config, forward, inputs.ql_nope, inputs, subject=subject)
+    assert run.call is None and run.result.path is None and not forward.handed
+    assert tuple(run.result.output.shape) == (0, c.num_heads, c.kv_lora_rank)
 
 
 def test_flashinfer_sparse_forward_hands_the_kernel_the_steps_rows_through_vllms_remap():
