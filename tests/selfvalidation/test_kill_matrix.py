@@ -9,7 +9,8 @@ derandomised, 100 generated examples per property and no pinned ``@example``,
 so the fuzzers themselves must find each bug; a change that weakens a strategy
 or a property fails here.  Every killing cell of the matrix: ``tox -e mutants``.  Its tables go to ``reports/kill_matrix_selftest/`` for CI
 artifacts.  The other tests check that the runner reports a survivor and a
-failing control, and how it sizes counterexamples.
+failing control, a subject that crashes the process, and how it sizes
+counterexamples.
 """
 
 import json
@@ -112,6 +113,62 @@ def test_runner_reports_a_subject_that_cannot_load(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert [e["status"] for e in matrix["subjects"]] == ["ERROR"]
     assert matrix["summary"]["killed"] == 0
+
+
+CRASHING = """
+import ctypes
+
+from fixtures.subjects.reference import ReferenceBuilder, ReferenceSubject
+
+
+def deep(n):
+    return ctypes.string_at(0) if n == 0 else deep(n - 1)
+
+
+class CrashingBuilder(ReferenceBuilder):
+    def build(self, batch):
+        if batch.max_query_len > 1:
+            deep(150)  # a segfault below the innermost 100 frames the fatal-signal dump keeps
+        return super().build(batch)
+
+
+class Crashing(ReferenceSubject):
+    \"\"\"Dies by SIGSEGV on a step with a prefill, as an out-of-bounds write can under the interpreter.\"\"\"
+
+    name = "crashing"
+    builder_cls = CrashingBuilder
+"""
+
+
+def test_a_subject_that_crashes_the_process_is_killed_by_the_test_it_died_in(tmp_path):
+    """Regression: family edits that leave request ids stale (token_request_pad_tokens_stale,
+    token_request_first_tile_only) make vLLM's top-k remap kernel read block-table rows out of bounds,
+    and under the Triton interpreter the test process sometimes died by SIGSEGV; the matrix read that as
+    an ERROR ("pytest exited -11 without per-test results").  A death inside a test kills the subject by that
+    test; the tests before it keep their verdicts, the ones after it did not run."""
+    (tmp_path / "km_crashing.py").write_text(CRASHING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    first = "tests/differential/test_single_step.py::test_host_path_equals_device_path_and_oracle"  # decodes
+    crashes = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
+    proc, matrix = run_matrix(
+        tmp_path / "out",
+        "--profile=dev",
+        "--no-reference",
+        "--mutants=",
+        "--extra-subject=km_crashing:Crashing",
+        first,
+        crashes,
+        env=env,
+    )
+    text = proc.stdout + proc.stderr
+    assert matrix is not None, text[-3000:]
+    (entry,) = matrix["subjects"]
+    assert entry["status"] == KILLED and not entry["error"], text[-3000:]
+    props = entry["properties"]
+    assert props[crashes]["verdict"] == KILLED and props[crashes]["crash"] == "SIGSEGV", props
+    assert props[first]["verdict"] == SURVIVED, props
+    assert proc.returncode == 0 and matrix["summary"]["ok"], text[-2000:]
+    assert "killed (crash: SIGSEGV)" in (tmp_path / "out" / "kill_matrix.md").read_text()
 
 
 def test_counterexample_size_of_printed_batches_and_programs():

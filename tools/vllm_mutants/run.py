@@ -36,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from fixtures.protocol import EXIT_SUITE_ERROR
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
-from tools.killmatrix_plugin import running_file
+from tools.killmatrix_plugin import crashed_test, running_file, signal_name
 from tools.vllm_mutants import reach_plugin
 from tools.vllm_mutants.generate import Mutant
 
@@ -116,37 +115,6 @@ def _log_tail(log: Path, lines: int = 6) -> str:
     return " | ".join(line.strip() for line in text[-lines:])
 
 
-_FAULT_FRAME = re.compile(r'^\s*File "(?:.*/)?(tests/[^"]+\.py)", line \d+ in (test_\w+)', re.M)
-
-
-def _crashed_test(record: Path, log: Path) -> str | None:
-    """The test a process that died by a signal was running, or None (it died outside a test).
-
-    The kill-matrix plugin names the test whose call phase runs beside its
-    records (:func:`tools.killmatrix_plugin.running_file`); a log without that
-    file falls back to the frames of the fatal-signal dump (Python's
-    faulthandler, on in pytest), which keeps only the innermost 100.
-    """
-    running = running_file(record)
-    if running.exists():
-        return running.read_text().strip() or None
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return None
-    if "Fatal Python error" not in text:
-        return None
-    frames = _FAULT_FRAME.findall(text.split("Fatal Python error", 1)[1])
-    return f"{frames[-1][0]}::{frames[-1][1]}" if frames else None
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     """A run's verdict from pytest's exit status and the kill-matrix plugin's records."""
     if returncode is None:
@@ -154,14 +122,14 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     if returncode in (2, 3, 4):
         return {"status": "not_loadable", "detail": f"pytest exited {returncode}: {_log_tail(log)}"}
     if returncode < 0:
-        crashed_in = _crashed_test(record, log)
+        crashed_in = crashed_test(record, log)
         if crashed_in:
             # The mutant made the process die (e.g. an out-of-bounds access under the Triton
             # interpreter aborts): the verification fails on it, though no assertion did.
             return {
                 "status": "killed",
                 "killed_by": crashed_in,
-                "crash": _signal_name(-returncode),
+                "crash": signal_name(-returncode),
                 "examples": None,
                 "seconds_to_kill": None,
                 "pinned": False,
