@@ -133,7 +133,7 @@ class CrashingBuilder(ReferenceBuilder):
 
 
 class Crashing(ReferenceSubject):
-    \"\"\"Dies by SIGSEGV on a step with a prefill, as an out-of-bounds write can under the interpreter.\"\"\"
+    \"\"\"Dies by SIGSEGV on a step with a prefill, as an out-of-bounds access can under the interpreter.\"\"\"
 
     name = "crashing"
     builder_cls = CrashingBuilder
