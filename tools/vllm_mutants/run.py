@@ -44,7 +44,7 @@ from fixtures.plugin.fresh_run import ROOT, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.protocol import EXIT_SUITE_ERROR
 from fixtures.subjects.vllm.overlay import PACKAGE
-from tools.killmatrix import KILLED, NA
+from tools.killmatrix import ERRORED, KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
 from tools.killmatrix_plugin import crashed_test, running_file, signal_name
 from tools.vllm_mutants import reach_plugin
@@ -142,7 +142,8 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     tests = json.loads(record.read_text())["tests"]
     props = property_verdicts(tests)
     killers = [p for p, v in props.items() if v["verdict"] == KILLED]
-    passed = sorted(p for p, v in props.items() if v["verdict"] not in (KILLED, NA))
+    passed = sorted(p for p, v in props.items() if v["verdict"] not in (KILLED, NA, ERRORED))
+    errored = sorted(p for p, v in props.items() if v["verdict"] == ERRORED)
     na = sorted(p for p, v in props.items() if v["verdict"] == NA)
     if killers:
         v = props[killers[0]]
@@ -155,6 +156,8 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
             "passed": passed,
             "not_applicable": na,
         }
+    if errored:  # the suite's own error in a property, and no kill: neither killed nor survived
+        return {"status": "error", "detail": f"suite error in {', '.join(errored)} (see {log})", "not_applicable": na}
     if returncode == 1 or not passed:
         why = "failed without a failing test" if returncode == 1 else "no property passed or failed"
         return {"status": "error", "detail": f"pytest {why} (see {log})", "not_applicable": na}
