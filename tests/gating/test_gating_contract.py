@@ -232,31 +232,25 @@ def test_cudagraph_padded_batches_follow_the_predicate(subject, device, name):
     assert check_gated_step(subject, device, config_kwargs, batch, TOPK, builder_m(batch)) == path
 
 
-@pytest.mark.needs(HOST_PATH, DEVICE_PATH)
-@sized("gating")
-@given(
-    data=st.data(),
-    config=st.sampled_from(["host_capable", "no_pinned_memory", "no_upper_bound", "speculative"]),
-    topk=st.sampled_from([1, 2, 64, 2048]),
-)
-def test_padded_batches_take_the_path_the_predicate_allows(subject, device, data, config, topk):
-    """Uniform decode batches padded to a drawn graph size N <= M (a multiple of the threshold), or,
-    often (``sizes.HOST_ONLY``: a padded batch holds at most 512 tokens), hundreds of requests padded to
-    the smallest of vLLM's default capture sizes that holds them: path == legality oracle, launches,
-    whole buffers."""
-    speculative = config == "speculative"
-    threshold = decode_threshold_for(speculative)
-    if data.draw(sizes.at_scale(sizes.HOST_ONLY), label="at vLLM's sizes"):
+@st.composite
+def padded_gating_cases(draw):
+    """``(config, topk, batch)``: a uniform decode batch padded to a drawn graph size N <= M (a multiple of the
+    threshold), or, often (``sizes.HOST_ONLY``: a padded batch holds at most 512 tokens), hundreds of requests
+    padded to the smallest of vLLM's default capture sizes that holds them."""
+    config = draw(st.sampled_from(["host_capable", "no_pinned_memory", "no_upper_bound", "speculative"]))
+    topk = draw(st.sampled_from([1, 2, 64, 2048]))
+    threshold = decode_threshold_for(config == "speculative")
+    if draw(sizes.at_scale(sizes.HOST_ONLY), label="at vLLM's sizes"):
         graphs = sizes.capture_sizes(sizes.MAX_NUM_SEQS, sizes.MAX_M, threshold)
         usable = [g for g in graphs if g % threshold == 0]
-        reqs = data.draw(sizes.count(MANY // threshold, usable[-1] // threshold - 1), label="real requests")
-        seq_lens = [max(threshold, s) for s in data.draw(bulk_seq_lens([threshold] * reqs, topk), label="seq_lens")]
+        reqs = draw(sizes.count(MANY // threshold, usable[-1] // threshold - 1), label="real requests")
+        seq_lens = [max(threshold, s) for s in draw(bulk_seq_lens([threshold] * reqs, topk), label="seq_lens")]
         pad = sizes.graph_size_for(reqs * threshold + 1, usable, threshold)
     else:
         graphs = M // threshold
-        reqs = data.draw(st.integers(1, graphs - 1), label="real requests")
-        seq_lens = data.draw(st.lists(context_lens(threshold), min_size=reqs, max_size=reqs), label="seq_lens")
-        pad = threshold * data.draw(st.integers(reqs + 1, graphs), label="graph size / threshold")
+        reqs = draw(st.integers(1, graphs - 1), label="real requests")
+        seq_lens = draw(st.lists(context_lens(threshold), min_size=reqs, max_size=reqs), label="seq_lens")
+        pad = threshold * draw(st.integers(reqs + 1, graphs), label="graph size / threshold")
     batch = make_batch(
         [threshold] * reqs,
         seq_lens,
@@ -264,6 +258,17 @@ def test_padded_batches_take_the_path_the_predicate_allows(subject, device, data
         upper_bound=None if config == "no_upper_bound" else "exact",
         cudagraph_pad=pad,
     )
+    return config, topk, batch
+
+
+@pytest.mark.needs(HOST_PATH, DEVICE_PATH)
+@sized("gating")
+@given(case=padded_gating_cases())
+def test_padded_batches_take_the_path_the_predicate_allows(subject, device, case):
+    """Uniform decode batches padded to a CUDA graph's size (:func:`padded_gating_cases`): path == legality
+    oracle, launches, whole buffers."""
+    config, topk, batch = case
+    speculative = config == "speculative"
     note_padded(batch)
     config_kwargs = {"speculative": speculative, "pin_memory": config != "no_pinned_memory"}
     path = check_gated_step(subject, device, config_kwargs, batch, topk, builder_m(batch))

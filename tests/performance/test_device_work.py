@@ -145,21 +145,24 @@ def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject
         check(contract.host_wait(s.ledger), s.ledger, "host path wait", "at most one event wait, before the upload")
 
 
+@st.composite
+def growth_cases(draw):
+    """``(a, b, topk, values)``: two step sizes (b up to max_num_seqs) and the contexts of the larger."""
+    a = draw(st.integers(1, M))
+    b = draw(st.one_of(st.integers(1, M), sizes.count(MANY, sizes.MAX_NUM_SEQS)))
+    topk = draw(topks)
+    return a, b, topk, draw(bulk_seq_lens([1] * max(a, b), topk))
+
+
 @host_clause
 @LEDGER
-@given(
-    a=st.integers(1, M),
-    b=st.one_of(st.integers(1, M), sizes.count(MANY, sizes.MAX_NUM_SEQS)),
-    data=st.data(),
-    topk=topks,
-)
-@example(a=1, b=sizes.MAX_NUM_SEQS, data=None, topk=2048)
-def test_host_path_device_work_does_not_grow_with_n(subject, device, a, b, data, topk):
+@given(case=growth_cases())
+@example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]))
+def test_host_path_device_work_does_not_grow_with_n(subject, device, case):
     """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
     of the n = a and the n = b program (b up to max_num_seqs; the builder as large as the larger step)
     are the same operations."""
-    n = max(a, b)
-    values = data.draw(bulk_seq_lens([1] * n, topk)) if data is not None else [1 + i % (2 * topk) for i in range(n)]
+    a, b, topk, values = case
 
     def program(k):
         batch = pure_decode_of(values[:k])
