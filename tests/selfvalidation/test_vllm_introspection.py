@@ -8,6 +8,8 @@ found to have decides only what can be driven; what it owes comes from the
 release (``tests/selfvalidation/test_owed_capabilities.py``).
 """
 
+import types
+
 import torch
 
 from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY
@@ -115,10 +117,25 @@ class _NoNopeBranch:
         return q
 
 
-def test_a_forward_the_suite_cannot_make_or_that_has_no_nope_branch_is_not_applicable_with_reason():
-    """Releases 0.21-0.23 assert an indexer module is given; 0.24-0.29 send every query to concat_mla_q."""
-    caps, notes = forward_capabilities(_NeedsIndexer, "X")
-    assert caps == set() and "asserts an indexer module is given" in notes[NOPE_FORWARD]
+def test_an_impl_that_asserts_an_indexer_is_made_with_one_as_vllm_makes_it():
+    """Releases 0.21-0.23 (and forks of them) assert an indexer module is given and read the top-k buffer off
+    it: vLLM makes every layer of a model with an indexer so, and so does the suite (its forward is driven,
+    never declared lost for the suite's own construction choice)."""
+    from fixtures.subjects.vllm.forward import impl_arguments, requires_indexer
+
+    assert requires_indexer(_NeedsIndexer) and not requires_indexer(_ZeroCopy)
+    caps, _ = forward_capabilities(_NeedsIndexer, "X")
+    assert caps == {NOPE_FORWARD, NOPE_ZERO_COPY}
+    buffer = object()
+    layer = types.SimpleNamespace(num_heads=16, head_size=512, scale=1.0, kv_cache_dtype="auto", kv_lora_rank=512,
+                                  qk_rope_head_dim=0)  # fmt: skip
+    impl = _NeedsIndexer(impl_arguments(layer, buffer, indexer=True)["indexer"])
+    assert impl.topk_indices_buffer is buffer
+    assert impl_arguments(layer, buffer)["indexer"] is None, "a layer whose buffer is passed alone, where it can be"
+
+
+def test_a_forward_that_has_no_nope_branch_is_not_applicable_with_reason():
+    """Releases 0.24-0.29 send every query to concat_mla_q."""
     caps, notes = forward_capabilities(_NoNopeBranch, "X")
     assert caps == set() and "has no NoPE branch" in notes[NOPE_FORWARD] and NOPE_ZERO_COPY in notes
 
