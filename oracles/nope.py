@@ -131,19 +131,35 @@ def sparse_mla_forward(
     if width == 0:
         return out.to(out_dtype)
     j = torch.arange(width, device=q.device)
-    valid = j[None, :] < lens[:, None]  # [n, width]
-    pos = torch.where(valid, starts[:, None] + j[None, :], 0)
-    keys = kv[paged_kv_indices.long()[pos]]  # [n, width, D]
-    # Plain products and sums (no bmm or softmax kernels: on tensors this small
-    # their CPU thread pool costs far more than the arithmetic).
-    scores = (qf[:n, :, None, :] * keys[:, None, :, :]).sum(-1) * scale  # [n, H, width]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    row_max = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)  # -inf rows: no keys
-    weights = (scores - row_max).exp()  # exp(-inf) = 0 for the padding slots
-    total = weights.sum(-1, keepdim=True)
-    p = weights / torch.where(total > 0, total, 1.0)  # a token without keys gets weights 0
-    out[:n] = (p[..., None] * keys[:, None, :, :kv_lora_rank]).sum(2)  # [n, H, kv_lora_rank]
+    indices = paged_kv_indices.long()
+    # Tokens in chunks whose products fit in memory (a forward as vLLM runs them: thousands of tokens, or
+    # 2048 keys a token on 128 heads of 576); small products plainly (no bmm: on tensors this small its CPU
+    # thread pool costs far more than the arithmetic), large ones by bmm.
+    chunk = max(1, _PRODUCT_ELEMENTS // max(1, h * width * d))
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        valid = j[None, :] < lens[lo:hi, None]  # [c, width]
+        pos = torch.where(valid, starts[lo:hi, None] + j[None, :], 0)
+        keys = kv[indices[pos]]  # [c, width, D]
+        if (hi - lo) * h * width * d <= _PLAIN_ELEMENTS:
+            scores = (qf[lo:hi, :, None, :] * keys[:, None, :, :]).sum(-1) * scale  # [c, H, width]
+        else:
+            scores = torch.bmm(qf[lo:hi], keys.transpose(1, 2)) * scale
+        scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        row_max = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)  # -inf rows: no keys
+        weights = (scores - row_max).exp()  # exp(-inf) = 0 for the padding slots
+        total = weights.sum(-1, keepdim=True)
+        p = weights / torch.where(total > 0, total, 1.0)  # a token without keys gets weights 0
+        if (hi - lo) * h * width * d <= _PLAIN_ELEMENTS:
+            out[lo:hi] = (p[..., None] * keys[:, None, :, :kv_lora_rank]).sum(2)  # [c, H, kv_lora_rank]
+        else:
+            out[lo:hi] = torch.bmm(p, keys[:, :, :kv_lora_rank])
     return out.to(out_dtype)
+
+
+# Element counts of the score products: up to _PLAIN_ELEMENTS plainly, else by bmm in chunks of _PRODUCT_ELEMENTS.
+_PLAIN_ELEMENTS = 1 << 22
+_PRODUCT_ELEMENTS = 1 << 24
 
 
 # (atol, rtol) for a forward's output against sparse_mla_forward, by the dtype

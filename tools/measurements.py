@@ -22,6 +22,9 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
 * ``cost-tests``: the tests that cost the most CPU over all those runs;
 * ``mutation``: the line-scoped mutation run's summary
   (``vllm-mutants/report.json``);
+* ``forward-sizes``: per forward property and run, the largest ``forward_mqa`` (tokens), the widest top-k,
+  the most live keys of a token, the examples with a key pool's widened buffer, the head counts drawn and
+  the most column tiles one remap launch spanned;
 * ``release-matrix``: per vLLM release of the matrix (``tox -m vllm-releases``),
   the verdicts of the release's own backend and of the post-change file
   (``summary-vllm-<release>-{release,overlay}.json``, written with
@@ -296,8 +299,36 @@ def size_rows(reports: Path) -> list[str] | None:
     return rows
 
 
+def forward_size_rows(reports: Path) -> list[str] | None:
+    """Per forward property and run: the largest forward, the widest top-k, the most live keys of a token,
+    the examples with a key pool's widened buffer, the head counts (``scale.forward`` of the summaries)."""
+    runs = {run: reports / f"summary-{run}.json" for run in SIZE_RUNS}
+    runs = {run: json.loads(path.read_text()) for run, path in runs.items() if path.exists()}
+    if not runs:
+        return None
+    rows = [
+        "| property | run | largest forward (tokens) | widest top-k | most live keys | key-pooled | heads "
+        "| most remap tiles |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for name in sorted({n for summary in runs.values() for n in summary["properties"]}):
+        for run, summary in runs.items():
+            record = summary["properties"].get(name, {}).get("scale") or {}
+            f = record.get("forward") or {}
+            if not f.get("heads"):
+                continue
+            odd = [h for h in f["heads"] if 16 % h and h % 16]
+            tiles = record.get("tiles", {}).get("_convert_req_index_to_global_index_kernel", "")
+            rows.append(
+                f"| `{name.removeprefix('tests/')}` | `{run}` | {f['tokens']} | {f['widest_topk']} | {f['live_keys']} "
+                f"| {f['kpool']} | {min(f['heads'])}-{max(f['heads'])}, not dividing 16: {odd or 'none'} | {tiles} |"
+            )
+    return rows
+
+
 GENERATORS = {
     "sizes": size_rows,
+    "forward-sizes": forward_size_rows,
     "release-matrix": release_matrix_rows,
     "release-matrix-properties": release_property_rows,
     "junit": junit_rows,

@@ -40,15 +40,17 @@ from fixtures.harness.feeds import (
     NotFed,
     PaddingNotFed,
     check_fed_output,
+    check_fed_path,
     check_pad_request_ids,
     feed_cases,
     run_fed_step,
 )
+from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.strategies import pinned
 from fixtures.plugin.gating import NOT_APPLICABLE
 from fixtures.plugin.profiles import sized
-from fixtures.protocol import NOPE_FORWARD, ForwardNotApplicable
+from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 
 BF16, FP16 = torch.bfloat16, torch.float16
 
@@ -56,16 +58,32 @@ BF16, FP16 = torch.bfloat16, torch.float16
 PADDED = FeedCase(make_batch([1, 1, 1], [127, 128, 200], cudagraph_pad=6), 8, 128, 2, 8, BF16, seed=1)
 # A mixed step: 2 decodes, then a 3-token prefill whose tokens see 68..70 of 70 keys, at top-k 256.
 MIXED = FeedCase(make_batch([1, 1, 3], [5, 257, 70]), 8, 256, 16, 16, FP16, seed=2)
-# A step at vLLM's sizes: 300 decodes (past the token-to-request kernel's first 256-token tile), contexts
-# around the top-k of 256 (the remap's second 128-column tile).
-LARGE = FeedCase(make_batch([1] * 300, [255 + i % 4 for i in range(300)]), 320, 256, 1, 4, BF16, seed=4)
+# A step at vLLM's sizes: 1024 decodes (past the token-to-request kernel's fourth 256-token tile) on 12 heads a
+# rank (96 over TP 8), contexts around the top-k of 128.
+LARGE = FeedCase(
+    make_batch([1] * sizes.LONG_FORWARD, [127 + i % 4 for i in range(sizes.LONG_FORWARD)]),
+    1040,
+    128,
+    12,
+    4,
+    BF16,
+    seed=4,
+)
+# DeepSeek V3.2's top-k of 2048: three decodes attending 1500 to 2048 keys (every remap tile), 128 heads, an
+# fp8 cache; and GLM's key pool widening the same top-k's buffer, a prefill among the decodes, 24 heads.
+WIDE = FeedCase(
+    make_batch([1, 1, 1], [1500, 2048, 2600]), 4, 2048, 128, 8, BF16, seed=5, kv_cache_dtype="fp8", q_scale=0.5,
+    kv_scale=0.25,
+)  # fmt: skip
+KPOOL = FeedCase(make_batch([1, 1, 3], [2100, 700, 2300]), 8, 2048, 24, 16, BF16, seed=6, index_kpool=128)
 # A pure decode, one request per token, a context past the top-k.
 DECODE = FeedCase(make_batch([1, 1, 1, 1], [1, 129, 64, 65]), 4, 128, 1, 31, BF16, seed=3)
 
 
 @pytest.mark.needs(NOPE_FORWARD)
+@pytest.mark.checks(NOPE_ZERO_COPY)
 @sized("feeds")
-@pinned([PADDED, MIXED, DECODE, LARGE], "c")
+@pinned([PADDED, MIXED, DECODE, LARGE, WIDE, KPOOL], "c")
 @given(c=feed_cases())
 def test_builder_metadata_feeds_forward_to_the_oracle_output(c, subject, device):
     """The subject's builder's metadata, unchanged, makes its ``forward_mqa`` give the oracle's output over
@@ -81,6 +99,7 @@ def test_builder_metadata_feeds_forward_to_the_oracle_output(c, subject, device)
     except ForwardNotApplicable as exc:  # a layer shape the impl refuses (as in the NoPE properties)
         event(f"not applicable: {exc}")
         reject()
-    note(f"forward_mqa handed {fed.num_fed} of {c.batch.num_actual_tokens} tokens")
+    note(f"forward_mqa handed {fed.num_fed} of {c.batch.num_actual_tokens} tokens, path {fed.path}")
     check_pad_request_ids(fed)
+    check_fed_path(fed)
     check_fed_output(fed)

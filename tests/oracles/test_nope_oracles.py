@@ -172,3 +172,27 @@ def test_sparse_mla_forward_rejects_a_cache_of_another_head_size():
 def test_one_tolerance_table_covers_every_forward_dtype(dtype, fp8):
     atol, rtol = oracle.forward_tolerance(dtype, fp8)
     assert 0 < atol < 0.1 and 0 < rtol < 0.1
+
+
+@pytest.mark.parametrize("tokens, heads, keys", [(3, 128, 2048), (1100, 3, 16)], ids=["wide", "long"])
+def test_sparse_mla_forward_at_vllms_sizes_is_each_tokens_softmax(tokens, heads, keys):
+    """Past the plain products (bmm, in chunks of tokens): each token's output is the softmax of its own
+    keys' scores times their values, computed here one token at a time in float64."""
+    gen = torch.Generator().manual_seed(5)
+    lora, rope, slots = 16, 4, keys + 7
+    q = torch.randn((tokens, heads, lora + rope), generator=gen)
+    kv = torch.randn((slots, 1, lora + rope), generator=gen)
+    lens = torch.randint(0, keys + 1, (tokens,), generator=gen)
+    indptr = torch.zeros(tokens + 1, dtype=torch.int32)
+    indptr[1:] = lens.cumsum(0)
+    indices = torch.randint(0, slots, (int(indptr[-1]),), generator=gen, dtype=torch.int32)
+    out = oracle.sparse_mla_forward(
+        q, kv, indptr, indices, num_actual_tokens=tokens, scale=0.3, kv_lora_rank=lora, out_dtype=torch.float32
+    )
+    for t in range(0, tokens, max(1, tokens // 7)):
+        rows = kv[indices[indptr[t] : indptr[t + 1]].long(), 0].double()
+        if not len(rows):
+            assert not out[t].any()
+            continue
+        p = torch.softmax(q[t].double() @ rows.T * 0.3, dim=-1)
+        torch.testing.assert_close(out[t].double(), p @ rows[:, :lora], atol=1e-5, rtol=1e-5)

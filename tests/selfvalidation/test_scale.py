@@ -8,7 +8,10 @@ its kernels' tile crossings (``fixtures/harness/scale.py``) reaches the run
 summary.
 """
 
+import types
+
 import numpy as np
+import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
@@ -116,6 +119,36 @@ def test_a_tests_largest_step_and_tile_crossings_reach_the_summary(run_suite_in)
 
 def test_the_record_merges_maxima_and_sums_crossings():
     a = {"requests": 3, "tokens": 900, "m": 10, "crossed": {"k": 2}}
-    b = {"requests": 700, "tokens": 8, "m": 16384, "crossed": {"k": 1, "j": 4}}
-    assert scale.merge([a, b]) == {"requests": 700, "tokens": 900, "m": 16384, "crossed": {"k": 3, "j": 4}}
-    assert "700 requests, 900 tokens, M 16384" in scale.describe(scale.merge([a, b]))
+    b = {"requests": 700, "tokens": 8, "m": 16384, "crossed": {"k": 1, "j": 4}, "tiles": {"k": 16}}
+    merged = scale.merge([a, b])
+    assert {k: merged[k] for k in ("requests", "tokens", "m", "crossed", "tiles")} == {
+        "requests": 700, "tokens": 900, "m": 16384, "crossed": {"k": 3, "j": 4}, "tiles": {"k": 16},
+    }  # fmt: skip
+    assert "700 requests, 900 tokens, M 16384" in scale.describe(merged)
+    assert "largest forward" not in scale.describe(merged), "a property without a forward has no forward line"
+
+
+def test_the_record_keeps_the_largest_forward_of_every_axis():
+    """Forwards of one property on different axes: the most tokens, the widest top-k, the most live keys, the
+    key-pooled examples summed, every head count; the summary names the counts that do not divide 16."""
+    f = {"tokens": 1024, "widest_topk": 128, "live_keys": 4, "kpool": 0, "heads": [12, 1]}
+    g = {"tokens": 3, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "heads": [128, 1]}
+    merged = scale.merge([{"requests": 0, "tokens": 0, "m": 0, "crossed": {}, "forward": x} for x in (f, g)])
+    assert merged["forward"] == {"tokens": 1024, "widest_topk": 2048, "live_keys": 2048, "kpool": 2,
+                                 "heads": [1, 12, 128]}  # fmt: skip
+    line = scale.describe(merged)
+    assert "largest forward: 1024 tokens; widest top-k 2048, most live keys of a token 2048" in line
+    assert "key-pooled buffers in 2 examples" in line and "not dividing 16 or a multiple of it: [12]" in line
+
+
+def test_a_forward_call_is_recorded_with_its_live_keys():
+    """``saw_forward`` reads a call's live keys off its metadata (the longest token's), its top-k width off
+    its layer (the keys where it names none) and whether a key pool widened its buffer."""
+    from fixtures.protocol import ForwardMetadata
+
+    md = ForwardMetadata(torch.tensor([0, 3, 3, 10, 10], dtype=torch.int32), torch.zeros(10, dtype=torch.int32), 3)
+    with scale.recording() as reach:
+        scale.saw_forward(types.SimpleNamespace(index_topk=None, index_kpool=None, num_heads=12), md)
+        scale.saw_forward(types.SimpleNamespace(index_topk=2048, index_kpool=128, num_heads=3), md)
+    assert (reach.forward_tokens, reach.widest_topk, reach.live_keys, reach.kpool) == (4, 2048, 7, 1)
+    assert sorted(reach.heads) == [3, 12]

@@ -575,3 +575,29 @@ def test_a_generated_stand_in_has_the_class_fields_defaults_and_methods_and_noth
     with pytest.raises(StandInMissing, match=r"LaterConfig \(generated: cannot be made here\)"):
         stand_in.unknown  # noqa: B018
     assert "LaterConfig (stood in: cannot be made here)" in describe_provenance()
+
+
+def test_a_key_pooled_buffer_as_the_suite_lays_it_out_is_read_back_by_the_releases_fit(backend):
+    """``write_topk_rows`` lays a key pool out as vLLM's indexer leaves it (the history from column 0, the live
+    tail past the top-k width, a saturated row's history full to the width); the installed backend's own
+    ``fit_kpool_indices_to_aiter`` (AITER's fixed top-k width, the live tail kept) gives back each row's keys,
+    history then tail: what the NoPE properties then compare with the step's.  Its width from the installed
+    rule: GLM-5.3's top-k of 2048 and key pool of 128 make the 2176 columns vLLM's sparse_utils names."""
+    from fixtures.subjects.vllm.forward import kpool_rule, write_topk_rows
+
+    if not hasattr(backend, "fit_kpool_indices_to_aiter") or kpool_rule() is None:
+        pytest.skip("not applicable: this vLLM release has no key pool")
+    assert kpool_rule()(2048, 128) == 2176
+    tokens, kpool = 256, 64
+    width = kpool_rule()(tokens, kpool)
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randperm(4000, generator=gen)[:n].tolist() for n in (0, 1, 63, 200, tokens, tokens, tokens)]
+    for saturate in (False, True):
+        buffer = torch.full((len(rows) + 2, width), 7, dtype=torch.int32)
+        write_topk_rows(buffer, rows, tokens, kpool, seed=3, saturate=saturate)
+        assert (buffer[len(rows) :] == -1).all(), "rows past the step are -1"
+        assert any((buffer[t, tokens:] >= 0).any() for t in range(len(rows))), "no row has a pool tail"
+        fitted = backend.fit_kpool_indices_to_aiter(buffer[: len(rows)], tokens)
+        for t, row in enumerate(rows):
+            live = fitted[t][fitted[t] >= 0].tolist()
+            assert live == row and (fitted[t][len(row) :] == -1).all(), (saturate, t)
