@@ -76,6 +76,19 @@ def test_unknown_launcher_signature_is_not_applicable_with_reason():
     assert "new_flag" in notes[DEVICE_KERNEL] and LAUNCHER in notes[DEVICE_KERNEL]
 
 
+def _launcher_with_out(seq_lens, cu_query_lens, topk_token, num_tokens, max_query_len, out=None):
+    return ("called", out)
+
+
+def test_a_launcher_parameter_with_a_default_keeps_it_and_the_kernel_is_driven():
+    """A fork's launcher that takes an optional ``out`` buffer (its builder passes one, other callers none): the
+    suite calls it as those callers do, with the default, never declaring the device kernel lost."""
+    caps, _ = capabilities_of(_Released, _launcher_with_out, "X")
+    assert DEVICE_KERNEL in caps
+    values = dict(seq_lens=1, cu_query_lens=2, topk_token=3, num_tokens=4, max_query_len=5, query_lens=6)
+    assert bind_launcher(_launcher_with_out, values) == ("called", None)
+
+
 class _CopyOnly:
     def forward_mqa(self, q, kv_cache, attn_metadata, layer):
         ql_nope, q_pe = q
