@@ -240,7 +240,7 @@ def nope_property(cases=tuple(PINNED)):
 
 
 @nope_property()
-@given(c=forward_cases())
+@given(c=forward_cases(long_share=sizes.FORWARD_LONG_PATH))
 def test_path_follows_the_legality_oracle(c, subject, device):
     """The branch taken is ``oracles.nope.expected_forward_path``'s."""
     for seen in forward_calls(c, subject, device):
