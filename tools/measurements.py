@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -328,20 +329,31 @@ def forward_size_rows(reports: Path) -> list[str] | None:
 
 
 def seed_rows(reports: Path) -> list[str] | None:
-    """The random-seed gate's runs (``seed-gate/seeds.jsonl`` of ``tools/seed_gate.py``): per run, the subject,
-    the seed, the exit status, the FAILED and suite-error properties, the time and the date."""
+    """The random-seed gate's runs (``seed-gate/seeds.jsonl`` of ``tools/seed_gate.py``), per subject: how many
+    seeds it ran under, how many it passed, its false alarms (a FAILED property or a suite error of a right
+    subject: the seeds and properties named), the median time of a run and the dates."""
     path = reports / "seed-gate" / "seeds.jsonl"
     if not path.exists():
         return None
-    rows = [
-        "| subject | seed | exit | FAILED | suite errors | seconds | date |",
-        "| --- | ---: | ---: | --- | --- | ---: | --- |",
-    ]
+    per: dict[str, list[dict]] = {}
     for line in path.read_text().splitlines():
-        r = json.loads(line)
+        if line.strip():
+            r = json.loads(line)
+            per.setdefault(r["subject"], []).append(r)
+    rows = [
+        "| subject | seeds | passed | false alarms | median seconds | dates |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for subject, runs in per.items():
+        alarms = [r for r in runs if r["exitstatus"] != 0 or r["failed"] or r["suite_errors"]]
+        named = "; ".join(
+            f"seed {r['seed']}: exit {r['exitstatus']} {', '.join(r['failed'] + r['suite_errors'])}".rstrip()
+            for r in alarms
+        )
+        dates = sorted({r["date"] for r in runs})
         rows.append(
-            f"| `{r['subject']}` | {r['seed']} | {r['exitstatus']} | {', '.join(r['failed']) or 'none'} "
-            f"| {', '.join(r['suite_errors']) or 'none'} | {r['seconds']} | {r['date']} |"
+            f"| `{subject}` | {len(runs)} | {len(runs) - len(alarms)} | {len(alarms)}{': ' + named if named else ''} "
+            f"| {statistics.median(r['seconds'] for r in runs):.0f} | {', '.join(dates)} |"
         )
     return rows
 

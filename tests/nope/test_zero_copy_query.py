@@ -233,11 +233,11 @@ def run_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin: boo
 
 def nope_property(cases=tuple(PINNED)):
     """A NoPE property: needs the forward; runs ``cases`` (default: every PINNED one) as ``@example``s first.
-    The properties run in one xdist group (``--dist loadgroup``): one worker runs the long pinned forward once
-    for all of them (:func:`forward_calls`)."""
+    The properties of one process share the pinned forwards' calls (:func:`forward_calls`); under xdist they
+    spread over the workers (in CI the properties' own examples take about 290 s of worker time, the pinned
+    long forward a few seconds a process: one worker for all of them would idle the other)."""
 
     def wrap(fn):
-        fn = pytest.mark.xdist_group("nope-forward-calls")(fn)
         return pytest.mark.checks(NOPE_ZERO_COPY)(pytest.mark.needs(NOPE_FORWARD)(pinned(cases, "c")(fn)))
 
     return wrap

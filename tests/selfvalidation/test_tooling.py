@@ -252,3 +252,27 @@ def test_measurements_fill_the_release_matrix_from_the_summaries(tmp_path):
     )
     assert "| 0.10.0 | VllmConfig (why) | 1 K 1 E (exit 6) | 1 p 1 F (exit 1) | not run |" in text
     assert "| `a.py::test_b` | P /   | K / F |" in text and "| `a.py::test_c` | - /   | E / p |" in text
+
+
+def test_measurements_count_the_seeds_each_subject_passed(tmp_path):
+    """The seed gate's table: per subject the seeds run and passed, and each false alarm named by seed."""
+
+    def run(subject, seed, exitstatus=0, failed=(), suite_errors=(), seconds=10.0, date="2026-12-06"):
+        return json.dumps(
+            dict(
+                subject=subject, seed=seed, exitstatus=exitstatus, failed=list(failed), suite_errors=list(suite_errors)
+            )
+            | dict(seconds=seconds, date=date)
+        )
+
+    runs = [
+        run("reference", 1, seconds=30.0),
+        run("reference", 2, seconds=50.0, date="2026-12-07"),
+        run("vllm-overlay", 1, exitstatus=6, suite_errors=["test_a"], seconds=100.0),
+    ]
+    (tmp_path / "seed-gate").mkdir()
+    (tmp_path / "seed-gate" / "seeds.jsonl").write_text("\n".join(runs) + "\n")
+    text, missing = regenerate("<!-- generated: seeds -->\n<!-- /generated -->\n", tmp_path)
+    assert missing == []
+    assert "| `reference` | 2 | 2 | 0 | 40 | 2026-12-06, 2026-12-07 |" in text
+    assert "| `vllm-overlay` | 1 | 0 | 1: seed 1: exit 6 test_a | 100 | 2026-12-06 |" in text
