@@ -169,3 +169,22 @@ def test_the_list_check_finds_a_missing_an_extra_and_a_doubled_entry():
     table = "<!-- lists: fixtures.subjects.KNOWN_SUBJECTS column 2 -->\n| a | b |\n| --- | --- |\n| `x.py` | `vllm` |\n<!-- /lists -->\n"
     assert "fixtures.subjects.KNOWN_SUBJECTS: 'x' is listed but not in it" not in list_problems(table)
     assert "fixtures.subjects.KNOWN_SUBJECTS: 'reference' is not listed" in list_problems(table)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_a_page_links_exists():
+    """A link to ``page.md#anchor`` between the pages names a heading that page has."""
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    headings = {p.resolve(): {_anchor(h) for h in re.findall(r"^#+ (.*)$", p.read_text(), re.M)} for p in pages}
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)#([\w-]+)\)", page.read_text()):
+            resolved = (page.parent / target).resolve()
+            if resolved in headings and anchor not in headings[resolved]:
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, "links to headings that do not exist:\n  " + "\n  ".join(broken)
+    assert _anchor("The sparse MLA family") == "the-sparse-mla-family"
