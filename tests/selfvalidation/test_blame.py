@@ -24,9 +24,9 @@ import pytest
 from hypothesis import find, settings
 
 from fixtures.harness.feeds import feed_batches
+from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.fresh_run import repo
 from fixtures.plugin.reporting import NOT_JUDGED, REFUSED, SUITE_ERRORS
-from fixtures.protocol import EXIT_SUITE_ERROR
 
 PROBES = """
 import pytest
@@ -122,7 +122,7 @@ def test_subject_flaky_assertion(x, subject):
 """
 
 REFUSING = '''
-from fixtures.protocol import TargetsAnotherRelease
+from fixtures.outcomes import TargetsAnotherRelease
 from fixtures.subjects.reference import ReferenceSubject
 
 
