@@ -13,6 +13,8 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
 * ``kill-matrix``: the kill matrix's summary (profile, mutants killed, kill
   rate, examples to the first kill, kills by generated and pinned examples,
   wall and CPU seconds);
+* ``ci-run``: the run itself, one line: its commit, date, wall time, verdict and the machine's
+  ``import torch`` time (``ci-run.json`` of ``tools/ci_record.py``, which ``.ci/run`` calls at its end);
 * ``ci-envs``: each tox env's wall time, install and commands apart, from the
   ``--result-json`` files of tox (``.ci/run`` writes ``tox-result-*.json``);
 * ``cost``: per pytest run, where its CPU time went (``cost-*.json`` of
@@ -96,6 +98,28 @@ def kill_matrix_rows(reports: Path) -> list[str] | None:
         f"| {s['median_examples_to_first_kill']} / {s['max_examples_to_first_kill']} "
         f"| {s['killed_by_generated_example']} / {s['killed_by_pinned_example']} "
         f"| {s['wall_seconds']:.0f} s / {s['cpu_seconds']:.0f} s |",
+    ]
+
+
+def ci_run_rows(reports: Path) -> list[str] | None:
+    """What the run was (``ci-run.json`` of ``tools/ci_record.py``): its commit, date, wall time, verdict and
+    the machine's ``import torch`` time, as one line."""
+    path = reports / "ci-run.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    minutes, seconds = divmod(r["seconds"], 60)
+    green = (
+        "green"
+        if not any(r["lanes"].values())
+        else "red: " + ", ".join(f"{k} exited {v}" for k, v in r["lanes"].items() if v)
+    )
+    torch_s = r["import_torch_seconds"]
+    torch_text = f"{min(torch_s):.1f}-{max(torch_s):.1f} s" if torch_s else "not measured"
+    return [
+        f"The last CI run: at `{r['commit']}`, {r['date']}, from a fresh clone with `../shared` beside it "
+        f"(`bash .ci/run`): **{minutes} min {seconds} s** ({r['seconds']} s), {green}; `import torch` on the "
+        f"machine afterwards {torch_text}. Every table on this page marked generated is that run's."
     ]
 
 
@@ -365,6 +389,7 @@ GENERATORS = {
     "release-matrix-properties": release_property_rows,
     "junit": junit_rows,
     "kill-matrix": kill_matrix_rows,
+    "ci-run": ci_run_rows,
     "ci-envs": ci_env_rows,
     "cost": cost_rows,
     "cost-tests": cost_test_rows,
