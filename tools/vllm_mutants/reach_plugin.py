@@ -86,6 +86,12 @@ def pytest_addoption(parser):
     group.addoption("--reach-scope", default="lines", metavar="SCOPE", help="with --reach-overlay: lines or function")
 
 
+def worker_path(path: Path) -> Path:
+    """``path`` with ``.<worker>`` before its suffix in an xdist worker, else ``path``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return path.with_name(f"{path.stem}.{worker}{path.suffix}") if worker else path
+
+
 class Reach:
     def __init__(self, config, files, functions, out: Path):
         import coverage
@@ -93,8 +99,10 @@ class Reach:
         self.files, self.out = files, out
         self.seconds: dict[str, float] = {}
         self.exitstatus = None
+        # One data file per process: xdist's workers writing one SQLite file race on making its tables
+        # (coverage's "no such table: context", a suite error of the control run).
         self.cov = coverage.Coverage(
-            data_file=str(out.with_suffix(".coverage")), include=files, config_file=False, branch=False
+            data_file=str(worker_path(out).with_suffix(".coverage")), include=files, config_file=False, branch=False
         )
         self.context = ""
         self.depth = 0
@@ -181,10 +189,7 @@ class Reach:
             "sha256": {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in self.files},
             "exitstatus": self.exitstatus,
         }
-        out = self.out
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        if worker:
-            out = out.with_name(f"{out.stem}.{worker}{out.suffix}")
+        out = worker_path(self.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"meta": meta, "reach": reach, "seconds": self.seconds}, indent=1))
 
