@@ -116,6 +116,34 @@ class Reach:
         self.mode = "inside the mutated functions" if self.scoped else "the whole session"
         if not self.scoped:
             self.cov.start()
+        self._untrace_kernel_launches()
+
+    def _untrace_kernel_launches(self) -> None:
+        """Measuring inside the mutated functions, a Triton kernel they launch runs untraced: the
+        interpreter's millions of Python calls under the trace function more than doubled the cost of
+        the control's launches, and no mutant is a kernel's line (a kernel as mutated function measures
+        the whole session, where launches stay traced).  The trace function is put back as it was
+        (coverage's tracer takes ``settrace(gettrace())``), so the lines of the mutated function after
+        the launch are measured as before (docs/measurements-log.md, "Time cuts")."""
+        try:
+            from triton.runtime import interpreter
+        except ImportError:  # no Triton: nothing launches
+            return
+        launch = interpreter.GridExecutor.__call__
+        reach = self
+
+        @functools.wraps(launch)
+        def untraced(executor, *args, **kwargs):
+            tracer = sys.gettrace()
+            if not reach.scoped or tracer is None:
+                return launch(executor, *args, **kwargs)
+            sys.settrace(None)
+            try:
+                return launch(executor, *args, **kwargs)
+            finally:
+                sys.settrace(tracer)
+
+        interpreter.GridExecutor.__call__ = untraced
 
     # -- scoped measurement
     def wrap_pending(self) -> None:
