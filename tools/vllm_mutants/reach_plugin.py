@@ -48,6 +48,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import worker_path
+
 _KEY = pytest.StashKey[object]()
 
 
@@ -84,12 +86,6 @@ def pytest_addoption(parser):
     group.addoption("--reach-overlay", default=None, metavar="DIR", help="files and functions: the mutants' of DIR")
     group.addoption("--reach-base", default=None, metavar="DIR", help="with --reach-overlay: the change's base")
     group.addoption("--reach-scope", default="lines", metavar="SCOPE", help="with --reach-overlay: lines or function")
-
-
-def worker_path(path: Path) -> Path:
-    """``path`` with ``.<worker>`` before its suffix in an xdist worker, else ``path``."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    return path.with_name(f"{path.stem}.{worker}{path.suffix}") if worker else path
 
 
 class Reach:
