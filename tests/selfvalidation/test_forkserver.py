@@ -8,7 +8,9 @@ fake ``vllm`` package given as ``--vllm-overlay`` (no vLLM needed).
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,22 @@ def test_a_run_may_put_entries_in_front_of_the_servers_pythonpath_only(monkeypat
     assert env_refusal({"PYTHONPATH": added}) is None
     assert env_refusal({"PYTHONPATH": "/elsewhere"}) and env_refusal({"PYTHONPATH": "/server/b"})
     assert forkserver.added_path("/x", None) == ["/x"] and forkserver.added_path("", "") == []
+
+
+def test_a_run_whose_overlay_replaces_a_preloaded_module_is_refused(tmp_path, monkeypatch):
+    """A server with vLLM preloaded cannot run an overlay of a module it imported (the child would keep the
+    preloaded code): refused, so the caller runs it fresh; an overlay of modules not imported forks."""
+    monkeypatch.setitem(sys.modules, "vllm.fake.preloaded", types.ModuleType("vllm.fake.preloaded"))
+    for name in ("preloaded", "fresh"):
+        (tmp_path / "both" / "vllm" / "fake").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "both" / "vllm" / "fake" / f"{name}.py").write_text("")
+    (tmp_path / "one" / "vllm" / "fake").mkdir(parents=True)
+    (tmp_path / "one" / "vllm" / "fake" / "fresh.py").write_text("")
+    refusal = forkserver.overlay_refusal(["-q", f"--vllm-overlay={tmp_path / 'both'}"])
+    assert refusal and "vllm.fake.preloaded" in refusal and "vllm.fake.fresh" not in refusal, refusal
+    assert forkserver.overlay_refusal(["--vllm-overlay", str(tmp_path / "both")]) == refusal
+    assert forkserver.overlay_refusal([f"--vllm-overlay={tmp_path / 'one'}"]) is None
+    assert forkserver.overlay_refusal(["-q"]) is None
 
 
 PROBE_SUBJECT = """
