@@ -20,6 +20,7 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   configured, the subject's imports in configure (vLLM), collection, the tests
   (of which: Triton's interpreter, hypothesis' data generation and shrinking);
 * ``cost-tests``: the tests that cost the most CPU over all those runs;
+* ``seeds``: the random-seed gate's runs of that CI run (``seed-gate/seeds.jsonl``);
 * ``mutation``: the line-scoped mutation run's summary
   (``vllm-mutants/report.json``);
 * ``forward-sizes``: per forward property and run, the largest ``forward_mqa`` (tokens), the widest top-k,
@@ -326,6 +327,25 @@ def forward_size_rows(reports: Path) -> list[str] | None:
     return rows
 
 
+def seed_rows(reports: Path) -> list[str] | None:
+    """The random-seed gate's runs (``seed-gate/seeds.jsonl`` of ``tools/seed_gate.py``): per run, the subject,
+    the seed, the exit status, the FAILED and suite-error properties, the time and the date."""
+    path = reports / "seed-gate" / "seeds.jsonl"
+    if not path.exists():
+        return None
+    rows = [
+        "| subject | seed | exit | FAILED | suite errors | seconds | date |",
+        "| --- | ---: | ---: | --- | --- | ---: | --- |",
+    ]
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        rows.append(
+            f"| `{r['subject']}` | {r['seed']} | {r['exitstatus']} | {', '.join(r['failed']) or 'none'} "
+            f"| {', '.join(r['suite_errors']) or 'none'} | {r['seconds']} | {r['date']} |"
+        )
+    return rows
+
+
 GENERATORS = {
     "sizes": size_rows,
     "forward-sizes": forward_size_rows,
@@ -337,6 +357,7 @@ GENERATORS = {
     "cost": cost_rows,
     "cost-tests": cost_test_rows,
     "mutation": mutation_rows,
+    "seeds": seed_rows,
 }
 
 
