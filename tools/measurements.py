@@ -13,6 +13,8 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
 * ``kill-matrix``: the kill matrix's summary (profile, mutants killed, kill
   rate, examples to the first kill, kills by generated and pinned examples,
   wall and CPU seconds);
+* ``ci-run``: the run itself, one line: its commit, date, wall time, verdict and the machine's
+  ``import torch`` time (``ci-run.json`` of ``tools/ci_record.py``, which ``.ci/run`` calls at its end);
 * ``ci-envs``: each tox env's wall time, install and commands apart, from the
   ``--result-json`` files of tox (``.ci/run`` writes ``tox-result-*.json``);
 * ``cost``: per pytest run, where its CPU time went (``cost-*.json`` of
@@ -48,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -95,6 +98,28 @@ def kill_matrix_rows(reports: Path) -> list[str] | None:
         f"| {s['median_examples_to_first_kill']} / {s['max_examples_to_first_kill']} "
         f"| {s['killed_by_generated_example']} / {s['killed_by_pinned_example']} "
         f"| {s['wall_seconds']:.0f} s / {s['cpu_seconds']:.0f} s |",
+    ]
+
+
+def ci_run_rows(reports: Path) -> list[str] | None:
+    """What the run was (``ci-run.json`` of ``tools/ci_record.py``): its commit, date, wall time, verdict and
+    the machine's ``import torch`` time, as one line."""
+    path = reports / "ci-run.json"
+    if not path.exists():
+        return None
+    r = json.loads(path.read_text())
+    minutes, seconds = divmod(r["seconds"], 60)
+    green = (
+        "green"
+        if not any(r["lanes"].values())
+        else "red: " + ", ".join(f"{k} exited {v}" for k, v in r["lanes"].items() if v)
+    )
+    torch_s = r["import_torch_seconds"]
+    torch_text = f"{min(torch_s):.1f}-{max(torch_s):.1f} s" if torch_s else "not measured"
+    return [
+        f"The last CI run: at `{r['commit']}`, {r['date']}, from a fresh clone with `../shared` beside it "
+        f"(`bash .ci/run`): **{minutes} min {seconds} s** ({r['seconds']} s), {green}; `import torch` on the "
+        f"machine afterwards {torch_text}. Every table on this page marked generated is that run's."
     ]
 
 
@@ -328,20 +353,31 @@ def forward_size_rows(reports: Path) -> list[str] | None:
 
 
 def seed_rows(reports: Path) -> list[str] | None:
-    """The random-seed gate's runs (``seed-gate/seeds.jsonl`` of ``tools/seed_gate.py``): per run, the subject,
-    the seed, the exit status, the FAILED and suite-error properties, the time and the date."""
+    """The random-seed gate's runs (``seed-gate/seeds.jsonl`` of ``tools/seed_gate.py``), per subject: how many
+    seeds it ran under, how many it passed, its false alarms (a FAILED property or a suite error of a right
+    subject: the seeds and properties named), the median time of a run and the dates."""
     path = reports / "seed-gate" / "seeds.jsonl"
     if not path.exists():
         return None
-    rows = [
-        "| subject | seed | exit | FAILED | suite errors | seconds | date |",
-        "| --- | ---: | ---: | --- | --- | ---: | --- |",
-    ]
+    per: dict[str, list[dict]] = {}
     for line in path.read_text().splitlines():
-        r = json.loads(line)
+        if line.strip():
+            r = json.loads(line)
+            per.setdefault(r["subject"], []).append(r)
+    rows = [
+        "| subject | seeds | passed | false alarms | median seconds | dates |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for subject, runs in per.items():
+        alarms = [r for r in runs if r["exitstatus"] != 0 or r["failed"] or r["suite_errors"]]
+        named = "; ".join(
+            f"seed {r['seed']}: exit {r['exitstatus']} {', '.join(r['failed'] + r['suite_errors'])}".rstrip()
+            for r in alarms
+        )
+        dates = sorted({r["date"] for r in runs})
         rows.append(
-            f"| `{r['subject']}` | {r['seed']} | {r['exitstatus']} | {', '.join(r['failed']) or 'none'} "
-            f"| {', '.join(r['suite_errors']) or 'none'} | {r['seconds']} | {r['date']} |"
+            f"| `{subject}` | {len(runs)} | {len(runs) - len(alarms)} | {len(alarms)}{': ' + named if named else ''} "
+            f"| {statistics.median(r['seconds'] for r in runs):.0f} | {', '.join(dates)} |"
         )
     return rows
 
@@ -353,6 +389,7 @@ GENERATORS = {
     "release-matrix-properties": release_property_rows,
     "junit": junit_rows,
     "kill-matrix": kill_matrix_rows,
+    "ci-run": ci_run_rows,
     "ci-envs": ci_env_rows,
     "cost": cost_rows,
     "cost-tests": cost_test_rows,

@@ -7,7 +7,7 @@ CI's verification runs are derandomised (the ``ci`` profile: the same examples
 every run); a developer's run draws new ones (the ``dev`` profile, a random
 seed).  Every subject the suite ships is right as far as the suite knows
 (the reference, the post-change file with the change's claims, the sparse MLA
-siblings of the installed vLLM), so any FAILED property here is a false alarm
+siblings of the installed vLLM, and the installed release's own file), so any FAILED property here is a false alarm
 of the suite's, and any suite error its own bug: either fails the gate.
 
 The first line printed names the seed and the subjects it drives, and how to
@@ -43,7 +43,7 @@ from fixtures.subjects import KNOWN_SUBJECTS
 # file with the change's claims), and every other built-in subject of the registry (vLLM's siblings).
 OVERLAY = "vllm-overlay"
 SIBLINGS = tuple(name for name in KNOWN_SUBJECTS if name not in ("reference", "vllm"))
-SUBJECTS = ("reference", OVERLAY, *SIBLINGS)
+SUBJECTS = ("reference", OVERLAY, "vllm", *SIBLINGS)  # "vllm": the installed release's own file
 
 
 def subject_args(name: str, overlay: str | None, base: str | None, claims: list[str]) -> list[str]:
@@ -58,7 +58,7 @@ def subject_args(name: str, overlay: str | None, base: str | None, claims: list[
             *([f"--vllm-base={base}"] if base else []),
             *(f"--claim={cap}" for cap in claims),
         ]
-    if name in SIBLINGS:
+    if name == "vllm" or name in SIBLINGS:
         return [f"--subject={name}"]
     raise SystemExit(f"seed gate: unknown subject {name!r}; known: {', '.join(SUBJECTS)}")
 

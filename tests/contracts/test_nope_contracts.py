@@ -7,7 +7,8 @@ from fixtures.harness.forward import run_forward
 from fixtures.inputs.forward_cases import LAYOUTS, ForwardCase, build_inputs, lay_out
 from fixtures.models.attention import DownstreamAttention
 from fixtures.models.runtime import GuardedAllocator, GuardViolation
-from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, ForwardResult, SubjectError, check_subject
+from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, ForwardResult, SubjectError
+from fixtures.subjects.checks import check_subject
 
 
 def test_shaped_buffer_is_a_dense_view_with_a_guard_after_its_last_element():

@@ -14,6 +14,7 @@ from hypothesis import given, note
 from fixtures.harness import scale
 from fixtures.harness.baseline import unpaired
 from fixtures.harness.compare import assert_fixed_equal, assert_int32_equal, compare_state
+from fixtures.harness.contract import exposed_buffers, step_contract
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.strategies import BATCH_KINDS, Case, cases, pinned
@@ -25,8 +26,6 @@ from fixtures.protocol import (
     PAGED_KV_METADATA,
     buffer_lengths,
     decode_threshold_for,
-    exposed_buffers,
-    step_contract,
 )
 from oracles import metadata as oracle
 from oracles.metadata import INT32_MAX

@@ -39,13 +39,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fixtures.harness.compare import assert_int32_equal, compare_state
+from fixtures.harness.contract import step_contract
 from fixtures.harness.step import check_seqlen_launches, new_config, run_step
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import INT32_MAX, make_batch
 from fixtures.inputs.steps import CLAUSE_TOGGLES, context_lens, overstated_bound_decode, toggle_clause
 from fixtures.inputs.strategies import MANY, bulk_seq_lens, note_padded
 from fixtures.plugin.profiles import sized
-from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for, step_contract
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, PAGED_KV_METADATA, decode_threshold_for
 from oracles import metadata as oracle
 from oracles.step import expected_indptr, expected_path, expected_state
 

@@ -159,22 +159,23 @@ class Planned(NamedTuple):
 # A case of at least this many tokens is run once per process and its calls shared by every property that
 # runs it (the pinned long forward: seconds under the interpreter, the same calls for each property).
 SHARED_FROM = sizes.LONG_FORWARD // 4
-SHARED_MOST = 4  # the subject's and the release's, watched and not
+SHARED_MOST = 4  # the subject's (watched and not) and the release's
 _SHARED: dict = {}
 
 
-def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> list[Seen]:
-    """The calls of :func:`run_calls`; a case of :data:`SHARED_FROM` tokens or more is run once per process
-    for every property that checks it (its known findings' warnings issued again for each)."""
+def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin: bool = True) -> list[Seen]:
+    """The calls of :func:`run_calls` (``twin=False``: the case's own call alone); a case of
+    :data:`SHARED_FROM` tokens or more is run once per process for every property that checks it (its known
+    findings' warnings issued again for each)."""
     if c.num_tokens < SHARED_FROM:
-        return list(run_calls(c, subject, device, watch=watch))
-    key = (id(subject), c, watch)
+        return list(run_calls(c, subject, device, watch=watch, twin=twin))
+    key = (id(subject), c, watch, twin)
     if key not in _SHARED:
         while len(_SHARED) >= SHARED_MOST:  # the oldest goes: a long forward's tensors are large
             del _SHARED[next(iter(_SHARED))]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            _SHARED[key] = (list(run_calls(c, subject, device, watch=watch)), list(caught))
+            _SHARED[key] = (list(run_calls(c, subject, device, watch=watch, twin=twin)), list(caught))
     else:  # what the calls reached counts for this property too (fixtures.harness.scale)
         for seen in _SHARED[key][0]:
             scale.saw_step(0, c.num_tokens, c.max_num_batched_tokens)
@@ -185,7 +186,7 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> li
     return calls
 
 
-def run_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> Iterator[Seen]:
+def run_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin: bool = True) -> Iterator[Seen]:
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
     Stops, after the finding's warning, when the branch taken is a known
@@ -215,10 +216,10 @@ def run_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> Iterat
     path, dtype = calls[0].path, calls[0].dtype
     note(f"ql_nope strides {ql.stride()} offset {ql.storage_offset()} contiguous {ql.is_contiguous()}; expect {path}")
     event(f"path: {path}")
-    if has_both_branches(c):
-        twin = other_path_twin(path, values, dtype)
-        calls.append(planned(twin, twin.contiguous()))
-        note(f"twin strides {twin.stride()} dtype {twin.dtype}; expect {calls[1].path}")
+    if twin and has_both_branches(c):
+        other = other_path_twin(path, values, dtype)
+        calls.append(planned(other, other.contiguous()))
+        note(f"twin strides {other.stride()} dtype {other.dtype}; expect {calls[1].path}")
     for tensor, vals, dtype, want in calls:
         run = run_forward(config, forward, tensor, inputs, watch=watch, subject=subject)
         if run.call is None:
@@ -231,7 +232,10 @@ def run_calls(c: ForwardCase, subject, device, *, watch: bool = False) -> Iterat
 
 
 def nope_property(cases=tuple(PINNED)):
-    """A NoPE property: needs the forward; runs ``cases`` (default: every PINNED one) as ``@example``s first."""
+    """A NoPE property: needs the forward; runs ``cases`` (default: every PINNED one) as ``@example``s first.
+    The properties of one process share the pinned forwards' calls (:func:`forward_calls`); under xdist they
+    spread over the workers (in CI the properties' own examples take about 290 s of worker time, the pinned
+    long forward a few seconds a process: one worker for all of them would idle the other)."""
 
     def wrap(fn):
         return pytest.mark.checks(NOPE_ZERO_COPY)(pytest.mark.needs(NOPE_FORWARD)(pinned(cases, "c")(fn)))
@@ -240,7 +244,7 @@ def nope_property(cases=tuple(PINNED)):
 
 
 @nope_property()
-@given(c=forward_cases())
+@given(c=forward_cases(long_share=sizes.FORWARD_LONG_PATH))
 def test_path_follows_the_legality_oracle(c, subject, device):
     """The branch taken is ``oracles.nope.expected_forward_path``'s."""
     for seen in forward_calls(c, subject, device):
@@ -398,7 +402,8 @@ def test_output_equals_the_release_forward(c, subject, release, device):
     it hands downstream, bit for bit, and its output for every token with keys, bit for bit where both ran the
     same downstream (else within ``oracles.nope.FORWARD_TOLERANCES``: one ran a downstream method as written and
     the other stood it in, a file for a later vLLM: fixtures/subjects/vllm/forward.py)."""
-    released = forward_calls(c, release, device)  # the same values as the subject's: drawn from the case's seed
+    # the same values as the subject's (drawn from the case's seed); the release's own call is enough
+    released = forward_calls(c, release, device, twin=False)
     if not released:
         return
     theirs = released[0]

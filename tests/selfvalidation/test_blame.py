@@ -24,9 +24,9 @@ import pytest
 from hypothesis import find, settings
 
 from fixtures.harness.feeds import feed_batches
+from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.fresh_run import repo
 from fixtures.plugin.reporting import NOT_JUDGED, REFUSED, SUITE_ERRORS
-from fixtures.protocol import EXIT_SUITE_ERROR
 
 PROBES = """
 import pytest
@@ -122,7 +122,7 @@ def test_subject_flaky_assertion(x, subject):
 """
 
 REFUSING = '''
-from fixtures.protocol import TargetsAnotherRelease
+from fixtures.outcomes import TargetsAnotherRelease
 from fixtures.subjects.reference import ReferenceSubject
 
 
@@ -190,7 +190,7 @@ def test_a_run_stopped_on_a_suite_error_still_exits_as_one(probes, extra):
 
 
 @pytest.mark.parametrize(
-    "extra", [[], ["-x"], ["-x", "-n", "2"], ["--maxfail=3", "-n", "2"]], ids=["plain", "x", "x-xdist", "maxfail-xdist"]
+    "extra", [[], ["-x"], ["--maxfail=3", "-n", "2"]], ids=["plain", "x", "maxfail-xdist"]
 )  # fmt: skip
 def test_code_for_another_release_is_refused_as_a_whole(probes, extra):
     """One verdict, exit 4: the run stops at the first usage error, and the summary names the refusal once.

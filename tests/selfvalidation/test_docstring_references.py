@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -100,3 +101,90 @@ def test_the_check_finds_a_stale_reference():
         "fixtures.protocol.StepResult",
         "oracles.split.split",
     }
+
+
+# ----- what the docs list and cite, against the code ----------------------------------------------
+# A page lists a registry of the code between ``<!-- lists: DOTTED.NAME -->`` and ``<!-- /lists -->``:
+# every key of the dict named, and nothing else, must be written there in backticks (in a table, with
+# ``column N``: in the N-th cell of each row).  So a catalogue entry, an edit or a subject added to the
+# code and not to its page, or one left on the page after the code dropped it, fails here.
+LISTS = re.compile(r"<!-- lists: ([\w.]+)(?: column (\d+))? -->\n(.*?)<!-- /lists -->", re.S)
+LISTED = re.compile(r"`([A-Za-z_][\w-]*)`")
+TEST_NAME = re.compile(r"\btest_\w+\b")
+
+
+def listed(block: str, column: int | None) -> list[str]:
+    if column is None:
+        return LISTED.findall(block)
+    rows = [line.split("|")[1:-1] for line in block.splitlines() if line.startswith("|")]
+    cells = [row[column - 1] for row in rows[2:] if len(row) >= column]  # past the header and its rule
+    return [name for cell in cells for name in LISTED.findall(cell)]
+
+
+def registry(dotted: str) -> list[str]:
+    module, _, name = dotted.rpartition(".")
+    return list(getattr(importlib.import_module(module), name))
+
+
+def list_problems(text: str) -> list[str]:
+    problems = []
+    for dotted, column, block in LISTS.findall(text):
+        names, keys = listed(block, int(column) if column else None), registry(dotted)
+        for name in sorted(set(keys) - set(names)):
+            problems.append(f"{dotted}: {name!r} is not listed")
+        for name in sorted(set(names) - set(keys)):
+            problems.append(f"{dotted}: {name!r} is listed but not in it")
+        problems += [f"{dotted}: {name!r} is listed twice" for name in sorted({n for n in names if names.count(n) > 1})]
+    return problems
+
+
+def test_every_registry_a_page_lists_is_listed_whole():
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    problems = [f"{p.relative_to(ROOT)}: {why}" for p in pages for why in list_problems(p.read_text())]
+    assert not problems, "\n  ".join(["pages out of step with the code:", *problems])
+    assert sum(len(LISTS.findall(p.read_text())) for p in pages) >= 4, "the catalogue's lists lost their markers"
+
+
+def test_every_test_a_page_cites_exists():
+    """A test named on a page (``test_...``) is a test module, function or class under tests/."""
+    defined = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        defined.add(path.stem)
+        defined.update(n.name for n in ast.walk(_tree(path)) if isinstance(n, ast.FunctionDef | ast.ClassDef))
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    stale = [
+        f"{p.relative_to(ROOT)}: {name}"
+        for p in pages
+        for name in sorted(set(TEST_NAME.findall(p.read_text())) - defined)
+    ]
+    assert not stale, "pages cite tests that do not exist:\n  " + "\n  ".join(stale)
+
+
+def test_the_list_check_finds_a_missing_an_extra_and_a_doubled_entry():
+    page = "<!-- lists: fixtures.subjects.KNOWN_SUBJECTS -->\n- `reference`, `vllm`, `vllm`, `vllm-gone`\n<!-- /lists -->\n"
+    problems = list_problems(page)
+    assert "fixtures.subjects.KNOWN_SUBJECTS: 'vllm-xpu-sparse' is not listed" in problems
+    assert "fixtures.subjects.KNOWN_SUBJECTS: 'vllm-gone' is listed but not in it" in problems
+    assert "fixtures.subjects.KNOWN_SUBJECTS: 'vllm' is listed twice" in problems
+    table = "<!-- lists: fixtures.subjects.KNOWN_SUBJECTS column 2 -->\n| a | b |\n| --- | --- |\n| `x.py` | `vllm` |\n<!-- /lists -->\n"
+    assert "fixtures.subjects.KNOWN_SUBJECTS: 'x' is listed but not in it" not in list_problems(table)
+    assert "fixtures.subjects.KNOWN_SUBJECTS: 'reference' is not listed" in list_problems(table)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_a_page_links_exists():
+    """A link to ``page.md#anchor`` between the pages names a heading that page has."""
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    headings = {p.resolve(): {_anchor(h) for h in re.findall(r"^#+ (.*)$", p.read_text(), re.M)} for p in pages}
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)#([\w-]+)\)", page.read_text()):
+            resolved = (page.parent / target).resolve()
+            if resolved in headings and anchor not in headings[resolved]:
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, "links to headings that do not exist:\n  " + "\n  ".join(broken)
+    assert _anchor("The sparse MLA family") == "the-sparse-mla-family"

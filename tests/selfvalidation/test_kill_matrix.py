@@ -113,6 +113,20 @@ def test_runner_reports_a_subject_that_cannot_load(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert [e["status"] for e in matrix["subjects"]] == ["ERROR"]
     assert matrix["summary"]["killed"] == 0
+    assert "no_such_module_here" in matrix["subjects"][0]["error"], matrix["subjects"][0]  # the log's own reason
+
+
+def test_the_properties_collect_without_xdist():
+    """The kill matrix and the mutation run start pytest with ``-p no:xdist`` under ``--strict-markers``: every
+    marker a property carries (xdist's ``xdist_group`` included) is one the suite declares, so they collect."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "verification", "--collect-only", "-q", "-p", "no:xdist"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
 CRASHING = """

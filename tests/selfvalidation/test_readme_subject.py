@@ -28,7 +28,7 @@ def as_written_for(version: int | None, declared: bool) -> str:
     return block
 
 
-@pytest.mark.parametrize(("version", "declared"), [(5, False), (5, True), (7, False)])
+@pytest.mark.parametrize(("version", "declared"), [(5, False), (5, True), (7, False), (9, True)])
 def test_readme_minimal_subject_as_written_for_an_earlier_protocol_still_passes(
     pytester, run_suite_in, version, declared
 ):
@@ -52,3 +52,21 @@ def test_readme_minimal_subject_runs_and_passes(pytester, run_suite_in):
     assert "test_step_metadata_matches_oracle  [1 passed" in out, out[-3000:]
     assert "subject 'minimal' lacks device_kernel" in out
     assert "subject 'minimal' lacks host_path" in out
+
+
+def test_a_subject_importing_a_name_moved_out_of_the_protocol_still_runs_and_is_warned(pytester, run_suite_in):
+    """Protocol 10 moved the suite's own names out of ``fixtures.protocol``: a subject written against the old
+    place (here the README's, importing ``exposed_buffers`` from it) still runs, and the import warns, naming
+    the new home."""
+    block = readme_block().replace(
+        "import torch\n", "import torch\n\nfrom fixtures.protocol import exposed_buffers\n", 1
+    )
+    assert "from fixtures.protocol import exposed_buffers" in block
+    pytester.makepyfile(_readme_subject_moved=block)
+    run = run_suite_in(
+        repo(STEP_PROPERTY), "--subject=_readme_subject_moved:MinimalSubject", "-W", "always::DeprecationWarning"
+    )
+    assert run.ret == 0, run.out[-3000:]
+    assert "fixtures.protocol.exposed_buffers moved to fixtures.harness.contract.exposed_buffers" in run.out, run.out[
+        -3000:
+    ]

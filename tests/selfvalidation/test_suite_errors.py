@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.forkserver import Launcher, Run
 from fixtures.plugin.fresh_run import ROOT, pytest_env, repo
-from fixtures.protocol import EXIT_SUITE_ERROR
 
 STEP_PROPERTY = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
 KERNEL_PROPERTY = "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"

@@ -252,3 +252,54 @@ def test_measurements_fill_the_release_matrix_from_the_summaries(tmp_path):
     )
     assert "| 0.10.0 | VllmConfig (why) | 1 K 1 E (exit 6) | 1 p 1 F (exit 1) | not run |" in text
     assert "| `a.py::test_b` | P /   | K / F |" in text and "| `a.py::test_c` | - /   | E / p |" in text
+
+
+def test_measurements_count_the_seeds_each_subject_passed(tmp_path):
+    """The seed gate's table: per subject the seeds run and passed, and each false alarm named by seed."""
+
+    def run(subject, seed, exitstatus=0, failed=(), suite_errors=(), seconds=10.0, date="2026-12-06"):
+        return json.dumps(
+            dict(
+                subject=subject, seed=seed, exitstatus=exitstatus, failed=list(failed), suite_errors=list(suite_errors)
+            )
+            | dict(seconds=seconds, date=date)
+        )
+
+    runs = [
+        run("reference", 1, seconds=30.0),
+        run("reference", 2, seconds=50.0, date="2026-12-07"),
+        run("vllm-overlay", 1, exitstatus=6, suite_errors=["test_a"], seconds=100.0),
+    ]
+    (tmp_path / "seed-gate").mkdir()
+    (tmp_path / "seed-gate" / "seeds.jsonl").write_text("\n".join(runs) + "\n")
+    text, missing = regenerate("<!-- generated: seeds -->\n<!-- /generated -->\n", tmp_path)
+    assert missing == []
+    assert "| `reference` | 2 | 2 | 0 | 40 | 2026-12-06, 2026-12-07 |" in text
+    assert "| `vllm-overlay` | 1 | 0 | 1: seed 1: exit 6 test_a | 100 | 2026-12-06 |" in text
+
+
+def test_a_ci_run_records_itself_and_heads_the_measurements(tmp_path):
+    """``tools/ci_record.py`` (the end of ``.ci/run``) writes the run's commit, date, time, lanes and the
+    machine's ``import torch`` time; ``tools/measurements.py`` turns it into the page's first line."""
+    import sys
+    import time
+
+    from tools import ci_record
+
+    out = tmp_path / "ci-run.json"
+    assert (
+        ci_record.main(
+            ["--out", str(out), "--start", str(time.time() - 125), "--cpu", "0", "--vllm", "1"]
+            + ["--python", sys.executable, "--times", "1"]
+        )
+        == 0
+    )
+    record = json.loads(out.read_text())
+    assert record["seconds"] >= 125 and record["lanes"] == {"cpu,self,lint": 0, "vllm": 1}
+    assert len(record["import_torch_seconds"]) == 1 and record["commit"]
+    record.update(seconds=899, lanes={"cpu,self,lint": 0, "vllm": 0}, import_torch_seconds=[1.94, 2.27])
+    out.write_text(json.dumps(record))
+    text, missing = regenerate("<!-- generated: ci-run -->\n<!-- /generated -->\n", tmp_path)
+    assert missing == []
+    assert f"at `{record['commit']}`, {record['date']}" in text
+    assert "**14 min 59 s** (899 s), green; `import torch` on the machine afterwards 1.9-2.3 s" in text

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from fixtures import ROOT
+from fixtures.harness.contract import exposed_buffers
 from fixtures.harness.device_work import run_program
 from fixtures.harness.forward import new_forward, run_forward
 from fixtures.harness.step import new_config, run_step
@@ -36,10 +37,9 @@ from fixtures.protocol import (
     ForwardNotApplicable,
     StepResult,
     SubjectError,
-    check_subject,
-    exposed_buffers,
 )
 from fixtures.subjects import KNOWN_SUBJECTS, load_subject
+from fixtures.subjects.checks import check_subject
 from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
 from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm_version
 from fixtures.subjects.vllm.config import StandIn

@@ -479,7 +479,9 @@ def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subjec
     with pytest.raises(AssertionError, match=r"mla_decode_fwd arguments it rejects: q and kv_buffer") as info:
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
     assert "rocm_aiter_mla_sparse.py" in str(info.value), "the failure names vLLM's line that called AITER"
-    finding = match_forward_finding(vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype)
+    finding = match_forward_finding(
+        vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype
+    )
     assert finding.key == "aiter-decode-fp16-query"
     assert_seen_on(finding, vllm_subject.version)
 

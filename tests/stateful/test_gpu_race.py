@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from fixtures.harness.compare import compare_state
+from fixtures.harness.contract import step_contract
 from fixtures.harness.step import new_config
 from fixtures.inputs.batches import make_batch
-from fixtures.protocol import HOST_PATH, step_contract
+from fixtures.protocol import HOST_PATH
 from oracles.step import expected_path, expected_state
 
 M = 64

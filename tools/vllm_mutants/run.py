@@ -39,10 +39,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.forkserver import Launcher, Outcome, Run
 from fixtures.plugin.fresh_run import ROOT, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
-from fixtures.protocol import EXIT_SUITE_ERROR
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import ERRORED, KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
