@@ -20,11 +20,12 @@ of docs/measurements.md.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
+
+from tools import worker_path
 
 _STATE: dict = {"triton": 0.0, "launches": 0, "stats": []}
 
@@ -65,11 +66,7 @@ def pytest_configure(config):
     path = config.getoption("--cost-json")
     if not path:
         return
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        p = Path(path)
-        path = str(p.with_name(f"{p.stem}.{worker}{p.suffix}"))
-    config._cost = {"path": Path(path), "startup_cpu": time.process_time(), "tests": {}}
+    config._cost = {"path": worker_path(Path(path)), "startup_cpu": time.process_time(), "tests": {}}
     _wrap_triton()
 
 

@@ -384,7 +384,7 @@ def test_external_subject_errors_name_the_problem():
 
 def test_external_subject_with_unknown_capability():
     with pytest.raises(SubjectError, match="unknown capabilities"):
-        from fixtures.subjects.checks import check_subject
+        from fixtures.subjects import check_subject
 
         class Odd:
             name = "odd"

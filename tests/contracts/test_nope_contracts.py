@@ -8,7 +8,7 @@ from fixtures.inputs.forward_cases import LAYOUTS, ForwardCase, build_inputs, la
 from fixtures.models.attention import DownstreamAttention
 from fixtures.models.runtime import GuardedAllocator, GuardViolation
 from fixtures.protocol import NOPE_FORWARD, ForwardConfig, ForwardMetadata, ForwardResult, SubjectError
-from fixtures.subjects.checks import check_subject
+from fixtures.subjects import check_subject
 
 
 def test_shaped_buffer_is_a_dense_view_with_a_guard_after_its_last_element():

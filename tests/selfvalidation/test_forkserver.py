@@ -8,7 +8,9 @@ fake ``vllm`` package given as ``--vllm-overlay`` (no vLLM needed).
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -106,7 +108,65 @@ def test_a_run_may_not_change_what_the_server_read_at_import(tmp_path, suite):
         outcome = run_all(launcher, runs)["y"]
     assert outcome.returncode is None and "TRITON_INTERPRET='0'" in outcome.error
     assert "not run:" in (tmp_path / "logs" / "y.log").read_text()
-    assert env_refusal({"PYTHONPATH": "/elsewhere"}) and env_refusal({}) is None
+    assert env_refusal({}) is None
+
+
+def test_a_run_may_put_entries_in_front_of_the_servers_pythonpath_only(monkeypatch):
+    """pytester starts its runs with its folder first on PYTHONPATH: the child puts the added entries on
+    sys.path; a run that drops or replaces one of the server's is refused."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/server/a", "/server/b"]))
+    added = os.pathsep.join(["/added", "/server/a", "/server/b"])
+    assert forkserver.added_path(added, os.environ["PYTHONPATH"]) == ["/added"]
+    assert env_refusal({"PYTHONPATH": added}) is None
+    assert env_refusal({"PYTHONPATH": "/elsewhere"}) and env_refusal({"PYTHONPATH": "/server/b"})
+    assert forkserver.added_path("/x", None) == ["/x"] and forkserver.added_path("", "") == []
+
+
+def test_a_run_whose_overlay_replaces_a_preloaded_module_is_refused(tmp_path, monkeypatch):
+    """A server with vLLM preloaded cannot run an overlay of a module it imported (the child would keep the
+    preloaded code): refused, so the caller runs it fresh; an overlay of modules not imported forks."""
+    monkeypatch.setitem(sys.modules, "vllm.fake.preloaded", types.ModuleType("vllm.fake.preloaded"))
+    for name in ("preloaded", "fresh"):
+        (tmp_path / "both" / "vllm" / "fake").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "both" / "vllm" / "fake" / f"{name}.py").write_text("")
+    (tmp_path / "one" / "vllm" / "fake").mkdir(parents=True)
+    (tmp_path / "one" / "vllm" / "fake" / "fresh.py").write_text("")
+    refusal = forkserver.overlay_refusal(["-q", f"--vllm-overlay={tmp_path / 'both'}"])
+    assert refusal and "vllm.fake.preloaded" in refusal and "vllm.fake.fresh" not in refusal, refusal
+    assert forkserver.overlay_refusal(["--vllm-overlay", str(tmp_path / "both")]) == refusal
+    assert forkserver.overlay_refusal([f"--vllm-overlay={tmp_path / 'one'}"]) is None
+    assert forkserver.overlay_refusal(["-q"]) is None
+
+
+PROBE_SUBJECT = """
+from fixtures.subjects.reference import ReferenceSubject
+
+
+class Probe(ReferenceSubject):
+    name = "probe"
+"""
+
+
+@pytest.mark.parametrize("subject", ["_probe_subject:Probe", "fixtures.subjects.mutants:no_topk_clamp"])
+def test_a_suite_run_forked_reads_as_the_fresh_run(pytester, run_suite_in, suite_run_servers, monkeypatch, subject):
+    """The self-tests' runs (fixtures/plugin/fresh_run.py, SuiteRun) fork from a server where no GPU is
+    visible: a subject module in pytester's folder imports as in a fresh `python -m pytest` there, and
+    the exit status, the per-test outcomes and the failure's report are the fresh run's."""
+    pytester.makepyfile(_probe_subject=PROBE_SUBJECT)
+    args = (f"--subject={subject}", f"{ROOT}/tests/differential/test_single_step.py::test_step_metadata_matches_oracle")
+    before = dict(suite_run_servers.how)
+    forked = run_suite_in(*args, profile="mutants")
+    if choose_mode()[0] == "fork":
+        assert suite_run_servers.how.get("forked", 0) == before.get("forked", 0) + 1, suite_run_servers.how
+    monkeypatch.setenv("SPARSE_MLA_SUITE_RUNS", "fresh")
+    fresh = run_suite_in(*args, profile="mutants")
+    assert suite_run_servers.how.get("fresh: asked for", 0) == before.get("fresh: asked for", 0) + 1
+    assert forked.ret == fresh.ret == (0 if subject.startswith("_probe") else 1), forked.out[-3000:]
+    assert {t: r["outcome"] for t, r in forked.tests.items()} == {t: r["outcome"] for t, r in fresh.tests.items()}
+    assert "(forked from the fork server)" not in forked.out, "the child's own header is not pytest's output"
+    for out in (forked.out, fresh.out):
+        assert "verification summary" in out and "test_step_metadata_matches_oracle  [1 " in out, out[-3000:]
+        assert (f"--subject={subject}" in out) == (forked.ret == 1), out[-3000:]  # the reproducer of a failure
 
 
 def test_a_run_past_its_time_limit_is_killed(tmp_path, suite):

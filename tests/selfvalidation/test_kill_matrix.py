@@ -7,10 +7,12 @@ builder properties, each until the first that fails, ``--first-kill``; the
 reference meets every property) under the ``mutants`` hypothesis profile:
 derandomised, 100 generated examples per property and no pinned ``@example``,
 so the fuzzers themselves must find each bug; a change that weakens a strategy
-or a property fails here.  Every killing cell of the matrix: ``tox -e mutants``.  Its tables go to ``reports/kill_matrix_selftest/`` for CI
-artifacts.  The other tests check that the runner reports a survivor and a
-failing control, a subject that crashes the process, and how it sizes
-counterexamples.
+or a property fails here.  It is the nightly tier's (marker ``nightly``: ``tox -e
+mutants`` runs it, then every killing cell of the matrix; ``tox -e self``
+leaves it out, docs/running.md, "Tiers"); its tables go to
+``reports/kill_matrix_selftest/``.  The other tests, per commit, check that the
+runner reports a survivor and a failing control, a subject that crashes the
+process, and how it sizes counterexamples.
 """
 
 import json
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fixtures.subjects.mutants import MUTANTS
@@ -39,6 +42,7 @@ def run_matrix(out, *args, env=None):
     return proc, matrix
 
 
+@pytest.mark.nightly
 def test_catalogue_killed_and_reference_clean(tmp_path):
     out = tmp_path / "kill_matrix"  # tox -e mutants writes the published tables into reports/
     proc, matrix = run_matrix(out, "--profile=mutants", "--scoped", "--first-kill")

@@ -12,11 +12,11 @@ from fixtures import protocol
 # Protocol 10's moves (docs/subject-protocol.md, "Changelog"), written out here so that a move undone or
 # changed shows: the name, and the module it moved to.
 MOVED_IN_10 = {
-    "check_subject": "fixtures.subjects.checks",
-    "missing_capabilities": "fixtures.subjects.checks",
-    "REQUIRED_MEMBERS": "fixtures.subjects.checks",
-    "CAPABILITY_MEMBERS": "fixtures.subjects.checks",
-    "CAPABILITY_NEEDS": "fixtures.subjects.checks",
+    "check_subject": "fixtures.subjects",
+    "missing_capabilities": "fixtures.subjects",
+    "REQUIRED_MEMBERS": "fixtures.subjects",
+    "CAPABILITY_MEMBERS": "fixtures.subjects",
+    "CAPABILITY_NEEDS": "fixtures.subjects",
     "exposed_buffers": "fixtures.harness.contract",
     "step_contract": "fixtures.harness.contract",
     "EXIT_SUITE_ERROR": "fixtures.outcomes",

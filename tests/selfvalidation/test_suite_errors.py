@@ -24,7 +24,7 @@ import pytest
 
 from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.forkserver import Launcher, Run
-from fixtures.plugin.fresh_run import ROOT, pytest_env, repo
+from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env, repo
 
 STEP_PROPERTY = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
 KERNEL_PROPERTY = "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"
@@ -105,7 +105,7 @@ def launcher(tmp_path_factory):
     log = tmp_path_factory.mktemp("forkserver") / "server.log"
     temp = tmp_path_factory.mktemp("temp")  # the server's and its children's temp folder
     env = {**pytest_env("dev", autoload=False), "TMPDIR": str(temp)}
-    with Launcher(jobs=1, env=env, preload=["fixtures.subjects.vllm.backend:preload"], server_log=log) as server:
+    with Launcher(jobs=1, env=env, preload=[VLLM_PRELOAD], server_log=log) as server:
         server.temp = temp
         yield server
 

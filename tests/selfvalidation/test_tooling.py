@@ -28,6 +28,21 @@ def test_benchmarks_are_opt_in_and_outside_correctness_runs(run_suite_in):
     assert run.ret == 5, f"-m verification/selftest selected benchmarks:\n{run.out[-2000:]}"
 
 
+def test_the_nightly_tier_is_what_self_leaves_out_and_mutants_runs(run_suite_in):
+    """``nightly`` tests are deselected by ``tox -e self`` (never skipped) and run by ``tox -e mutants``:
+    the marker selects at least the catalogue's kill matrix, and nothing outside the selftests."""
+    tox = (ROOT / "tox.ini").read_text()
+    self_env = tox[tox.index("[testenv:self]") :].split("\n[", 1)[0]
+    mutants_env = tox[tox.index("[testenv:mutants]") :].split("\n[", 1)[0]
+    assert 'pytest -m "selftest and not nightly"' in self_env, self_env
+    assert "pytest -m nightly " in mutants_env, mutants_env
+    run = run_suite_in(repo("tests"), "-m", "nightly", "--co", "-q", "-p", "no:xdist")
+    assert run.ret == 0, run.out[-3000:]
+    chosen = [line for line in run.out.splitlines() if "::" in line]
+    assert any("test_kill_matrix.py::test_catalogue_killed_and_reference_clean" in t for t in chosen), run.out
+    assert all("tests/selfvalidation/" in t for t in chosen), chosen
+
+
 def bench(kind, stats_min, **info):
     return {
         "stats": {"min": stats_min, "median": stats_min * 2, "mean": stats_min * 2},

@@ -38,8 +38,7 @@ from fixtures.protocol import (
     StepResult,
     SubjectError,
 )
-from fixtures.subjects import KNOWN_SUBJECTS, load_subject
-from fixtures.subjects.checks import check_subject
+from fixtures.subjects import KNOWN_SUBJECTS, check_subject, load_subject
 from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
 from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm_version
 from fixtures.subjects.vllm.config import StandIn

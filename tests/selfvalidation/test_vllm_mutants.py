@@ -20,6 +20,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -530,6 +531,59 @@ def test_reach_inside_the_mutated_functions_equals_reach_over_the_whole_session(
     assert set(scoped["seconds"]) == set(whole["seconds"]) and len(scoped["seconds"]) == 4
 
 
+LAUNCHING = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bump(x_ptr):
+    tl.store(x_ptr, tl.load(x_ptr) + 1)  # KERNEL
+
+
+def launches(x):
+    before = 1
+    bump[(1,)](x)
+    after = before + 1  # AFTER
+    return after
+"""
+LAUNCHING_TEST = """
+import torch
+
+import launching
+
+
+def test_the_kernel_runs_inside_the_measured_function():
+    x = torch.zeros(1, dtype=torch.int32)
+    assert launching.launches(x) == 2 and x.item() == 1
+"""
+
+
+@pytest.mark.parametrize("scoped", [True, False])
+def test_a_kernel_launched_inside_a_measured_function_runs_untraced_and_the_lines_after_it_count(tmp_path, scoped):
+    """Measuring inside the mutated functions, a Triton launch (the interpreter's millions of calls) runs with
+    the trace function off and put back after: the function's lines after the launch are still measured, the
+    kernel's are not; measuring the whole session, the kernel's lines are (a kernel may be what is mutated)."""
+    (tmp_path / "launching.py").write_text(LAUNCHING)
+    (tmp_path / "test_launching.py").write_text(LAUNCHING_TEST)
+    module = str((tmp_path / "launching.py").resolve())
+    out = tmp_path / "reach.json"
+    env = {**pytest_env("mutants", autoload=False, pythonpath=[ROOT, tmp_path]), "TRITON_INTERPRET": "1"}
+    args = [sys.executable, "-m", "pytest", "test_launching.py", "-q", "-p", "no:cacheprovider"]
+    args += ["-p", "tools.vllm_mutants.reach_plugin", f"--reach-json={out}", f"--reach-file={module}"]
+    args += [f"--reach-function={module}::launches"] if scoped else ["--reach-everywhere"]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reach = reach_plugin.load([out])["reach"][module]
+    lines = LAUNCHING.splitlines()
+    after, kernel = (
+        str(lines.index(s) + 1)
+        for s in ("    after = before + 1  # AFTER", "    tl.store(x_ptr, tl.load(x_ptr) + 1)  # KERNEL")
+    )
+    assert reach.get(after) == ["test_launching.py::test_the_kernel_runs_inside_the_measured_function"], reach
+    assert (kernel in reach) == (not scoped), reach
+
+
 def test_a_control_on_two_xdist_workers_reaches_what_one_process_reaches(pair, tmp_path, suite):
     release, change = pair
     chosen = [m for m in vm.generate(change, base=release, scope="lines").mutants if m.function == "tail"]
@@ -538,6 +592,10 @@ def test_a_control_on_two_xdist_workers_reaches_what_one_process_reaches(pair, t
     assert two["control"]["status"] == "passed" and one["reach"] == two["reach"]
     assert {k: v["status"] for k, v in one["results"].items()} == {k: v["status"] for k, v in two["results"].items()}
     assert len(list((tmp_path / "two").glob("control-reach*.json"))) >= 2  # the workers' files
+    # ...and their coverage data apart: two workers on one SQLite file raced on making its tables (a
+    # control run of CI once stopped on coverage's "no such table: context").
+    written = sorted(p.name for p in (tmp_path / "two").glob("control-reach*.coverage"))
+    assert written and all(name.startswith("control-reach.gw") for name in written), written
 
 
 def test_a_verification_session_serves_as_the_control(pair, tmp_path, suite):

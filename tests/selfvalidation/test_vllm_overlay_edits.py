@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.plugin.forkserver import Launcher, Run
-from fixtures.plugin.fresh_run import ROOT, pytest_env
+from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
 
@@ -38,7 +38,7 @@ def launcher(overlay, tmp_path_factory):
     """One fork server per process, with vLLM preloaded (fresh processes where a GPU is visible)."""
     env = {**pytest_env("mutants", autoload=False), NO_SHRINK: "1"}
     log = tmp_path_factory.mktemp("forkserver") / "server.log"
-    with Launcher(jobs=1, env=env, preload=["fixtures.subjects.vllm.backend:preload"], server_log=log) as server:
+    with Launcher(jobs=1, env=env, preload=[VLLM_PRELOAD], server_log=log) as server:
         yield server
 
 

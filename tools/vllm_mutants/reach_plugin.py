@@ -48,6 +48,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import worker_path
+
 _KEY = pytest.StashKey[object]()
 
 
@@ -93,8 +95,10 @@ class Reach:
         self.files, self.out = files, out
         self.seconds: dict[str, float] = {}
         self.exitstatus = None
+        # One data file per process: xdist's workers writing one SQLite file race on making its tables
+        # (coverage's "no such table: context", a suite error of the control run).
         self.cov = coverage.Coverage(
-            data_file=str(out.with_suffix(".coverage")), include=files, config_file=False, branch=False
+            data_file=str(worker_path(out).with_suffix(".coverage")), include=files, config_file=False, branch=False
         )
         self.context = ""
         self.depth = 0
@@ -108,6 +112,34 @@ class Reach:
         self.mode = "inside the mutated functions" if self.scoped else "the whole session"
         if not self.scoped:
             self.cov.start()
+        self._untrace_kernel_launches()
+
+    def _untrace_kernel_launches(self) -> None:
+        """Measuring inside the mutated functions, a Triton kernel they launch runs untraced: the
+        interpreter's millions of Python calls under the trace function more than doubled the cost of
+        the control's launches, and no mutant is a kernel's line (a kernel as mutated function measures
+        the whole session, where launches stay traced).  The trace function is put back as it was
+        (coverage's tracer takes ``settrace(gettrace())``), so the lines of the mutated function after
+        the launch are measured as before (docs/measurements-log.md, "Time cuts")."""
+        try:
+            from triton.runtime import interpreter
+        except ImportError:  # no Triton: nothing launches
+            return
+        launch = interpreter.GridExecutor.__call__
+        reach = self
+
+        @functools.wraps(launch)
+        def untraced(executor, *args, **kwargs):
+            tracer = sys.gettrace()
+            if not reach.scoped or tracer is None:
+                return launch(executor, *args, **kwargs)
+            sys.settrace(None)
+            try:
+                return launch(executor, *args, **kwargs)
+            finally:
+                sys.settrace(tracer)
+
+        interpreter.GridExecutor.__call__ = untraced
 
     # -- scoped measurement
     def wrap_pending(self) -> None:
@@ -181,10 +213,7 @@ class Reach:
             "sha256": {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in self.files},
             "exitstatus": self.exitstatus,
         }
-        out = self.out
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        if worker:
-            out = out.with_name(f"{out.stem}.{worker}{out.suffix}")
+        out = worker_path(self.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"meta": meta, "reach": reach, "seconds": self.seconds}, indent=1))
 

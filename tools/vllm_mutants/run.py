@@ -41,7 +41,7 @@ from pathlib import Path
 
 from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.forkserver import Launcher, Outcome, Run
-from fixtures.plugin.fresh_run import ROOT, pytest_env
+from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import ERRORED, KILLED, NA
@@ -52,7 +52,6 @@ from tools.vllm_mutants.generate import Mutant
 
 CONTROL = "control"
 STATUSES = ("killed", "survived", "gap", "equivalent", "not_loadable", "timeout", "error")
-VLLM_PRELOAD = ("fixtures.subjects.vllm.backend:preload",)
 
 
 def verification_args(paths, tree: Path, record: Path, extra=(), reach=None) -> list[str]:
@@ -210,7 +209,7 @@ def run_mutants(
     profile: str = "mutants",
     jobs: int = 2,
     timeout: float = 900,
-    preload=VLLM_PRELOAD,
+    preload=(VLLM_PRELOAD,),
     mode: str = "auto",
     all_tests: bool = False,
     keep_trees: bool = False,
