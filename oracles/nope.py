@@ -121,40 +121,70 @@ def sparse_mla_forward(
         raise ValueError(f"kv_cache shape {tuple(kv_cache.shape)} does not match head size {d}")
     qf = q.float() * (q_scale if q.element_size() == 1 else 1.0)
     kv = kv_cache[:, 0, :].float() * (kv_scale if kv_cache.element_size() == 1 else 1.0)
-    n = num_actual_tokens
-    out = torch.zeros((t, h, kv_lora_rank), dtype=torch.float32, device=q.device)
+    out, _ = attention_with_lse(qf, kv, paged_kv_indptr, paged_kv_indices, num_actual_tokens, scale, kv_lora_rank)
+    return out.to(out_dtype)
+
+
+def attention_with_lse(
+    qf: torch.Tensor,
+    kv: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    num_tokens: int,
+    scale: float,
+    kv_lora_rank: int,
+    sinks: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sparse_mla_forward`'s arithmetic on dequantised fp32 ``qf [T, H, D]`` and key rows ``kv [slots,
+    D]``, with its natural-log LSE, and optionally attention sinks (one logit a head, in the softmax's
+    denominator only).  Returns ``(out [T, H, kv_lora_rank], lse [T, H])`` in fp32; a token without keys and
+    every row past ``num_tokens``: zeros and an LSE of ``-inf`` (the sink's logit, with sinks)."""
+    t, h, d = qf.shape
+    n = num_tokens
+    out = torch.zeros((t, h, kv_lora_rank), dtype=torch.float32, device=qf.device)
+    sink = None if sinks is None else sinks.float().reshape(1, h, 1)
+    lse = torch.full((t, h), float("-inf"), device=qf.device)
+    if sink is not None:
+        lse[:n] = sink.reshape(1, h)
     # Token i's keys, padded to the longest: slot j < lens[i] is
-    # paged_kv_indices[indptr[i] + j]; padding slots are masked out.
-    starts = paged_kv_indptr[:n].long()
-    lens = paged_kv_indptr[1 : n + 1].long() - starts
+    # indices[indptr[i] + j]; padding slots are masked out.
+    starts = indptr[:n].long()
+    lens = indptr[1 : n + 1].long() - starts
     width = int(lens.max()) if n else 0
     if width == 0:
-        return out.to(out_dtype)
-    j = torch.arange(width, device=q.device)
-    indices = paged_kv_indices.long()
+        return out, lse
+    j = torch.arange(width, device=qf.device)
+    indices = indices.long()
     # Tokens in chunks whose products fit in memory (a forward as vLLM runs them: thousands of tokens, or
     # 2048 keys a token on 128 heads of 576); small products plainly (no bmm: on tensors this small its CPU
     # thread pool costs far more than the arithmetic), large ones by bmm.
     chunk = max(1, _PRODUCT_ELEMENTS // max(1, h * width * d))
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
+        plain = (hi - lo) * h * width * d <= _PLAIN_ELEMENTS
         valid = j[None, :] < lens[lo:hi, None]  # [c, width]
         pos = torch.where(valid, starts[lo:hi, None] + j[None, :], 0)
         keys = kv[indices[pos]]  # [c, width, D]
-        if (hi - lo) * h * width * d <= _PLAIN_ELEMENTS:
+        if plain:
             scores = (qf[lo:hi, :, None, :] * keys[:, None, :, :]).sum(-1) * scale  # [c, H, width]
         else:
             scores = torch.bmm(qf[lo:hi], keys.transpose(1, 2)) * scale
         scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-        row_max = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)  # -inf rows: no keys
+        row_max = scores.amax(-1, keepdim=True)
+        if sink is not None:
+            row_max = torch.maximum(row_max, sink)
+        row_max = row_max.clamp(min=torch.finfo(torch.float32).min)  # -inf rows: no keys
         weights = (scores - row_max).exp()  # exp(-inf) = 0 for the padding slots
         total = weights.sum(-1, keepdim=True)
+        if sink is not None:
+            total = total + (sink - row_max).exp()
         p = weights / torch.where(total > 0, total, 1.0)  # a token without keys gets weights 0
-        if (hi - lo) * h * width * d <= _PLAIN_ELEMENTS:
+        lse[lo:hi] = (row_max + total.log()).squeeze(-1)  # log 0 = -inf: no keys, no sink
+        if plain:
             out[lo:hi] = (p[..., None] * keys[:, None, :, :kv_lora_rank]).sum(2)  # [c, H, kv_lora_rank]
         else:
             out[lo:hi] = torch.bmm(p, keys[:, :, :kv_lora_rank])
-    return out.to(out_dtype)
+    return out, lse
 
 
 # Element counts of the score products: up to _PLAIN_ELEMENTS plainly, else by bmm in chunks of _PRODUCT_ELEMENTS.

@@ -251,12 +251,13 @@ def test_a_field_a_release_adds_reaches_the_builder_with_vllms_own_default(
 
 
 def test_a_stood_in_aiter_reached_by_the_file_is_not_applicable(vllm_run, release_overlay):
-    overlay = release_overlay({None: in_build("import aiter; aiter.get_mla_metadata_v1()")})
+    # an AITER function AITER's door does not stand in (docs/aiter.md)
+    overlay = release_overlay({None: in_build("import aiter; aiter.mla.mla_prefill_fwd()")})
     run = vllm_run(overlay, ONE_STEP_PROPERTY)
     assert run.ret == 0, run.out[-3000:]
     summary = run.out[run.out.index("verification summary") :]
     assert "NOT APPLICABLE (1)" in summary
-    assert re.search(r"not applicable: vLLM [\d.]+ calls AMD AITER's aiter\.get_mla_metadata_v1", summary)
+    assert re.search(r"not applicable: vLLM [\d.]+ calls AMD AITER's aiter\.mla\.mla_prefill_fwd", summary)
 
 
 LATER_IMPORT = "from vllm.v1.attention.ops.a_module_of_a_later_release import helper"

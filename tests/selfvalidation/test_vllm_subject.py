@@ -436,7 +436,10 @@ def test_bf16_copy_with_rope_is_not_applicable_on_cpu(vllm_subject, device):
     fp16 = forward_case(rope=4, model=torch.float16)  # torch.cat: runs for real
     config, forward = new_forward(vllm_subject, fp16, device)
     inputs = build_inputs(fp16, device)
-    assert run_forward(config, forward, inputs.ql_nope, inputs).result.path == "copy"
+    # as written, the copy reaches AITER's decode, which has no fp16 kernel (finding aiter-decode-fp16-query)
+    with pytest.raises(AssertionError, match="q and kv_buffer are bf16 or the arch's fp8"):
+        run_forward(config, forward, inputs.ql_nope, inputs)
+    assert forward.path_of(forward.handed[-1], inputs.ql_nope) == "copy"
 
 
 def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
@@ -456,6 +459,26 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     # The known-finding entry that lets the property pass over exactly this case matches it.
     finding = match_forward_finding(vllm_subject, info.value, kv_cache_dtype="fp8", num_tokens=0)
     assert finding.key == "vllm-0.33-fp8-empty-batch"
+    assert_seen_on(finding, vllm_subject.version)
+
+
+def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subject, device):
+    """Finding, pinned: an fp16 layer with a rope part and no attention sinks reaches AITER's ASM decode with an
+    fp16 query through vLLM's own _forward_mla and torch op; AITER has no fp16 kernel (the door's precondition,
+    cited from AITER's asm_mla.cu).  Where vLLM routes fp16 elsewhere, this test fails: drop it and its entry in
+    docs/findings.md."""
+    c = forward_case(m=4, t=2, lora=512, rope=64, model=torch.float16)
+    config, forward = new_forward(vllm_subject, c, device)
+    if device.type != "cpu":
+        pytest.skip("not applicable: on a GPU AITER's own decode runs (a ROCm runner)")
+    inputs = build_inputs(c, device)
+    with pytest.raises(AssertionError, match=r"mla_decode_fwd arguments it rejects: q and kv_buffer") as info:
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    assert "rocm_aiter_mla_sparse.py" in str(info.value), "the failure names vLLM's line that called AITER"
+    finding = match_forward_finding(
+        vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype
+    )
+    assert finding.key == "aiter-decode-fp16-query"
     assert_seen_on(finding, vllm_subject.version)
 
 
