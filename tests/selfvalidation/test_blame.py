@@ -251,3 +251,19 @@ def test_the_kill_matrix_and_the_mutation_run_count_a_suite_error_as_an_error_ne
     assert classify(EXIT_SUITE_ERROR, suite_only, log, 60)["status"] == "error"
     assert classify(1, suite_only, log, 60)["status"] == "error"
     assert classify(1, record, log, 60)["status"] == "killed"
+
+
+def test_a_forward_handing_a_non_tensor_downstream_fails_as_the_forwards():
+    """Regression (the mutation run, force_condition on ``isinstance(q, tuple)`` in the post-change
+    ``forward_mqa``): vLLM handed its downstream the ``(ql_nope, q_pe)`` tuple, and the observer's shape check
+    raised AttributeError in the suite's code, a suite error; it is the forward's failure."""
+    import types
+
+    import torch
+
+    from fixtures.models.attention import DownstreamAttention
+
+    attention = DownstreamAttention(types.SimpleNamespace(num_heads=2, head_size=4))
+    q = torch.zeros(3, 2, 4)
+    with pytest.raises(AssertionError, match="handed downstream a tuple, not a query tensor"):
+        attention.record((q, q[..., :0]), q, None)
