@@ -43,6 +43,8 @@ DOMAINS = {
     # a backend that serves bf16 models only, with a bf16 query and no per-tensor fp8 cache (FlashMLA's)
     "bf16 only": ForwardDomain((torch.bfloat16,), ("auto",), ql_in_model_dtype_only=True),
     "fp8 cache only": ForwardDomain((torch.float16,), ("fp8",)),
+    # a forward whose caller slices the padded rows off (vLLM's MLAAttention)
+    "no padded rows": ForwardDomain(padded_rows=False),
 }
 
 
@@ -146,3 +148,21 @@ def test_every_draw_succeeds_under_every_profile_and_domain(name, monkeypatch):
                         f"{name}: a draw raised under profile {profile!r}'s size flips, forward domain "
                         f"{domain_name!r}, @seed({seed_value}): {type(exc).__name__}: {exc}"
                     ) from exc
+
+
+def test_a_domain_without_padded_rows_draws_live_rows_only(monkeypatch):
+    """A subject whose caller slices the padding off (``ForwardDomain.padded_rows``, vLLM's) is never handed
+    rows past ``num_actual_tokens``; the live-token counts are drawn as for every other domain."""
+    monkeypatch.setattr(forward_cases, "_RUN_DOMAIN", [ForwardDomain(padded_rows=False)])
+    drawn = []
+
+    @settings(max_examples=60, database=None, deadline=None, derandomize=True)
+    @given(forward_cases.forward_cases())
+    def draw(c):
+        drawn.append(c)
+
+    draw()
+    assert all(c.num_tokens == c.num_actual_tokens for c in drawn), [
+        c for c in drawn if c.num_tokens != c.num_actual_tokens
+    ][:1]
+    assert len({c.num_actual_tokens for c in drawn}) > 3, "the live-token counts collapsed"
