@@ -282,6 +282,23 @@ def flashinfer_forward(model_dtype: torch.dtype, **kw):
     return sibling_forward("vllm-flashinfer-sparse", model_dtype, **kw)
 
 
+@pytest.mark.parametrize("name", ["vllm-flashmla-sparse", "vllm-flashinfer-sparse"])
+def test_a_sibling_forward_failing_downstream_raises_its_own_failure(name, monkeypatch):
+    """Regression (the random-seed gate, seed 212012287): a sibling's forward that failed below its query
+    assembly raised AttributeError from the shared driver (a hook only ROCm's forward had), a suite error in
+    every NoPE property; the failure is the downstream's own, and the shared driver's hooks serve every
+    forward."""
+    _, c, config, forward, inputs = sibling_forward(name, torch.bfloat16)
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the downstream's own failure")
+
+    monkeypatch.setattr(config, "attention", broken)
+    with pytest.raises(AssertionError, match="the downstream's own failure"):
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    assert forward.prepared_step("step", 1) == "step", "the builder's step reaches a sibling's forward unchanged"
+
+
 def test_flashmla_sparse_forward_hands_the_kernel_the_steps_rows_and_the_layers_heads():
     """FlashMLA's NoPE copy goes into its workspace's head-padded query; the kernel stand-in reads back, from
     what vLLM's conversion handed the kernel, exactly the step's keys, and the layer's heads of the query
