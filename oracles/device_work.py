@@ -28,6 +28,17 @@ device path (every other step)
     * no sync (a device-to-host read, a stream synchronisation, a blocking
       host-to-device copy) outside vLLM's ``gpu_sync_allowed`` regions.
 
+AITER's persistent work metadata (vLLM's ROCm builder, a layer without sinks on
+AITER's ASM decode: the release's block, run by both paths, not the change's)
+    * its operations (:func:`persistent_block`: the read back of the step's
+      ``seq_lens`` inside ``gpu_sync_allowed``, AITER's ``get_mla_metadata_v1``,
+      the stream synchronisation after it) are judged by their own clauses,
+      and the clauses above by the rest of the step (:func:`shared_work`);
+    * a rebuild is finished before anything can read it: a stream
+      synchronisation follows it in the step (vLLM PR 47404);
+    * a step on the very batch of the step before rebuilds nothing and waits
+      for nothing (the cache key exists to skip it).
+
 Each problem names the operations that break the clause, each with the
 subject's source line that issued it.
 
@@ -41,6 +52,8 @@ the oracles.
 """
 
 from __future__ import annotations
+
+import copy
 
 SHRINK_TAIL_BUFFERS = ("req_id_per_token", "paged_kv_indices")
 INDPTR = "paged_kv_indptr"
@@ -125,8 +138,10 @@ def host_wait(ledger) -> str | None:
     return None
 
 
-def host_step_problems(ledger, shrank: bool, may_copy: bool) -> dict[str, str]:
-    """Every per-step clause of the host path that ``ledger`` breaks: clause -> problem."""
+def host_step_problems(ledger, shrank: bool, may_copy: bool, persistent: bool = False) -> dict[str, str]:
+    """Every per-step clause of the host path that ``ledger`` breaks: clause -> problem (judged on
+    :func:`shared_work`; ``persistent``: the step keeps AITER's persistent work metadata)."""
+    ledger = shared_work(ledger, persistent)
     found = {
         "launches": host_launches(ledger, shrank),
         "upload": host_upload(ledger),
@@ -173,3 +188,56 @@ def saving(host, general) -> dict[str, int]:
 def short_of_claim(saved: dict[str, int]) -> dict[str, tuple[int, int]]:
     """Each claimed saving the step does not reach: kind -> (saved, claimed)."""
     return {k: (saved[k], v) for k, v in CLAIMED_SAVING.items() if saved[k] < v}
+
+
+# ----- AITER's persistent work metadata -----------------------------------------------------------------------
+REBUILD = "AITER get_mla_metadata_v1"  # the launch, as a ledger names it
+SEQ_LENS = "common_attn_metadata.seq_lens"  # the step's device input the block reads back
+
+
+def persistent_block(ledger, persistent: bool) -> list[int]:
+    """The positions in ``ledger`` of the persistent work-metadata block's operations on a step that keeps
+    that metadata (``persistent``; none otherwise): the first read back of ``seq_lens`` inside
+    ``gpu_sync_allowed``, the first launch of AITER's ``get_mla_metadata_v1``, and the first stream
+    synchronisation after it.  A second of any of them is not the block's."""
+    if not persistent:
+        return []
+    ops = ledger.ops
+    read = next((i for i, op in enumerate(ops) if op.kind == "d2h" and op.buffer == SEQ_LENS and op.sync_allowed), None)
+    rebuild = next((i for i, op in enumerate(ops) if op.kind == "launch" and op.what == REBUILD), None)
+    sync = (
+        None
+        if rebuild is None
+        else next((i for i in range(rebuild + 1, len(ops)) if ops[i].kind == "stream_sync"), None)
+    )
+    return [i for i in (read, rebuild, sync) if i is not None]
+
+
+def shared_work(ledger, persistent: bool):
+    """``ledger`` without the persistent block's operations (:func:`persistent_block`): what the host and the
+    device path clauses judge."""
+    block = set(persistent_block(ledger, persistent))
+    if not block:
+        return ledger
+    rest = copy.copy(ledger)
+    rest.ops = [op for i, op in enumerate(ledger.ops) if i not in block]
+    return rest
+
+
+def rebuild_synced(ledger) -> str | None:
+    """Every launch of ``get_mla_metadata_v1`` is followed, before the step returns, by a stream
+    synchronisation: work metadata still being written when a (CUDA-graph) decode reads it is read
+    half-built (vLLM issue 47196, PR 47404)."""
+    ops = ledger.ops
+    for i, op in enumerate(ops):
+        if op.kind == "launch" and op.what == REBUILD and not any(o.kind == "stream_sync" for o in ops[i + 1 :]):
+            return f"{op} is not followed by a stream synchronisation before the step returns"
+    return None
+
+
+def no_rebuild_on_repeat(ledger) -> str | None:
+    """A step on the very batch of the step before: no rebuild, no stream synchronisation."""
+    found = [op for op in ledger.ops if (op.kind == "launch" and op.what == REBUILD) or op.kind == "stream_sync"]
+    if found:
+        return f"the batch of the step before rebuilt or waited again: {', '.join(map(str, found))}"
+    return None

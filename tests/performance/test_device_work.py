@@ -26,6 +26,7 @@ from fixtures.harness.device_work import broken_host_clauses, host_steps, run_pr
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import (
+    LAYERS,
     STEP_TOPKS,
     bulk_decode,
     grow_keep_grow_shrink,
@@ -39,7 +40,7 @@ from fixtures.inputs.strategies import MANY, bulk_seq_lens
 from fixtures.models.ledger import mismatch
 from fixtures.plugin.profiles import sized
 from fixtures.plugin.reporting import NOTE_PROPERTY
-from fixtures.protocol import DEVICE_PATH, HOST_PATH, PERSISTENT_BUFFERS
+from fixtures.protocol import DEVICE_PATH, HOST_PATH, PERSISTENT_BUFFERS, NotApplicableHere
 from oracles import device_work as contract
 from oracles.step import expected_path
 
@@ -72,6 +73,8 @@ def builder_m(batches) -> int:
 
 
 topks = st.sampled_from(STEP_TOPKS)
+layers = LAYERS
+WITHOUT_SINKS = st.just(False)
 
 
 def run(subject, device, batches, topk, m=None, **kwargs):
@@ -93,14 +96,16 @@ HOST = (HOST_PATH, DEVICE_PATH, PERSISTENT_BUFFERS)
 host_clause = pytest.mark.needs(*HOST)
 
 
-def on_programs(*capabilities, pinned=()):
-    """A clause checked on every step of generated programs (``batches``, ``topk``), and first on
-    each ``pinned`` program (a list of batches) at top-k 2."""
+def on_programs(*capabilities, pinned=(), drawn_layers=layers):
+    """A clause checked on every step of generated programs (``batches``, ``topk``, the layer's ``sinks``
+    drawn from ``drawn_layers``), and first on each ``pinned`` program (a list of batches) at top-k 2 with
+    each layer."""
 
     def wrap(fn):
-        test = given(batches=programs(), topk=topks)(fn)
+        test = given(batches=programs(), topk=topks, sinks=drawn_layers)(fn)
         for batches in pinned:
-            test = example(batches=batches, topk=2)(test)
+            for sinks in (None, False) if drawn_layers is layers else (False,):
+                test = example(batches=batches, topk=2, sinks=sinks)(test)
         return pytest.mark.needs(*capabilities)(LEDGER(test))
 
     return wrap
@@ -114,35 +119,35 @@ VLLM_SIZED_HOST = vllm_sized_program(host_only=True)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk):
-    for s, shrank, _ in host_steps(run(subject, device, batches, topk)):
+def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk, sinks):
+    for s, shrank, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
         expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
-        check(contract.host_launches(s.ledger, shrank), s.ledger, "host path launches", expected)
+        check(contract.host_launches(s.shared, shrank), s.ledger, "host path launches", expected)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk):
-    for s, _, _ in host_steps(run(subject, device, batches, topk)):
-        check(contract.host_upload(s.ledger), s.ledger, "host path upload", "one pinned non-blocking h2d")
+def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk, sinks):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+        check(contract.host_upload(s.shared), s.ledger, "host path upload", "one pinned non-blocking h2d")
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk):
-    for s, _, may_copy in host_steps(run(subject, device, batches, topk)):
+def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk, sinks):
+    for s, _, may_copy in host_steps(run(subject, device, batches, topk, sinks=sinks)):
         expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
-        check(contract.host_req_id_copy(s.ledger, may_copy), s.ledger, "host path req_id_per_token", expected)
+        check(contract.host_req_id_copy(s.shared, may_copy), s.ledger, "host path req_id_per_token", expected)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_never_reads_the_device_back(subject, device, batches, topk):
-    for s, _, _ in host_steps(run(subject, device, batches, topk)):
-        check(contract.host_no_sync(s.ledger), s.ledger, "host path sync", "no d2h, no stream sync")
+def test_host_path_never_reads_the_device_back(subject, device, batches, topk, sinks):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+        check(contract.host_no_sync(s.shared), s.ledger, "host path sync", "no d2h, no stream sync")
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk):
-    for s, _, _ in host_steps(run(subject, device, batches, topk)):
-        check(contract.host_wait(s.ledger), s.ledger, "host path wait", "at most one event wait, before the upload")
+def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk, sinks):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+        check(contract.host_wait(s.shared), s.ledger, "host path wait", "at most one event wait, before the upload")
 
 
 @st.composite
@@ -156,9 +161,9 @@ def growth_cases(draw):
 
 @host_clause
 @LEDGER
-@given(case=growth_cases())
-@example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]))
-def test_host_path_device_work_does_not_grow_with_n(subject, device, case):
+@given(case=growth_cases(), sinks=layers)
+@example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]), sinks=False)
+def test_host_path_device_work_does_not_grow_with_n(subject, device, case, sinks):
     """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
     of the n = a and the n = b program (b up to max_num_seqs; the builder as large as the larger step)
     are the same operations."""
@@ -166,7 +171,7 @@ def test_host_path_device_work_does_not_grow_with_n(subject, device, case):
 
     def program(k):
         batch = pure_decode_of(values[:k])
-        return run(subject, device, [batch, batch], topk, m=builder_m([pure_decode_of(values)]))
+        return run(subject, device, [batch, batch], topk, m=builder_m([pure_decode_of(values)]), sinks=sinks)
 
     small, large = program(a), program(b)
     for one, other in zip(small, large, strict=True):
@@ -232,50 +237,90 @@ def pure_decode_of(seq_lens):
 
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
-def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk):
+def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk, sinks):
     """Where pinned memory exists (a machine without it can pin nothing, and a non-blocking copy
     from pageable memory there is the only copy there is)."""
-    for s in run(subject, device, batches, topk):
+    for s in run(subject, device, batches, topk, sinks=sinks):
         if s.result.path == "device":
-            check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
+            check(contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources")
 
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
-def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk):
-    for s in run(subject, device, batches, topk):
+def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk, sinks):
+    for s in run(subject, device, batches, topk, sinks=sinks):
         if s.result.path == "device":
             check(
-                contract.device_no_unallowed_sync(s.ledger),
+                contract.device_no_unallowed_sync(s.shared),
                 s.ledger,
                 "device path sync",
                 "no sync (d2h, stream sync, blocking h2d) outside",
             )
 
 
+_KEEPS_PERSISTENT: dict[int, bool] = {}
+
+
+def require_persistent_work_metadata(subject, device) -> None:
+    """The subject keeps persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm builder):
+    asked once of one decode step; a subject that does not, has no such block, and the property is not
+    applicable to it."""
+    key = id(unpaired(subject))
+    if key not in _KEEPS_PERSISTENT:
+        (probe,) = run_program(unpaired(subject), device, [pure_decode_of([5])], m=M, topk=2, sinks=False)
+        _KEEPS_PERSISTENT[key] = probe.persistent
+    if not _KEEPS_PERSISTENT[key]:
+        raise NotApplicableHere(
+            "the subject keeps no persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm builder)"
+        )
+
+
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], drawn_layers=WITHOUT_SINKS)
+def test_a_persistent_work_metadata_rebuild_is_synchronised_before_the_step_returns(
+    subject, device, batches, topk, sinks
+):
+    """A layer without sinks: every step that rebuilds AITER's persistent work metadata waits for the
+    rebuild before it returns (vLLM issue 47196, PR 47404: CUDA-graph replays read it half-written), on
+    both paths; its read back of ``seq_lens`` is inside ``gpu_sync_allowed`` (else the path clauses fail)."""
+    require_persistent_work_metadata(subject, device)
+    for s in (s for s in run(subject, device, batches, topk, sinks=sinks) if s.persistent):
+        check(contract.rebuild_synced(s.ledger), s.ledger, "persistent rebuild", "a stream sync after the rebuild")
+
+
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], drawn_layers=WITHOUT_SINKS)
+def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for_nothing(
+    subject, device, batches, topk, sinks
+):
+    """A layer without sinks: each step of the program run twice in a row; the second, on the very batch
+    of the first, rebuilds nothing and synchronises nothing (its cache key is for that); the fresh
+    metadata of every step is checked by the step itself (AITER's door stamps it)."""
+    require_persistent_work_metadata(subject, device)
+    doubled = [b for batch in batches for b in (batch, batch)]
+    steps = run(subject, device, doubled, topk, sinks=sinks)
+    for s in (s for s in steps[1::2] if s.persistent):
+        check(contract.no_rebuild_on_repeat(s.ledger), s.ledger, "persistent rebuild on a repeat", "none")
+
+
 @host_clause
 @settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
-@given(
-    seq_lens=saving_seq_lens(),
-    topk=topks,
-)
-@example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048)
+@given(seq_lens=saving_seq_lens(), topk=topks, sinks=layers)
+@example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048, sinks=False)
 def test_host_path_saves_the_claimed_launches_against_the_general_path(
-    subject, device, record_property, seq_lens, topk
+    subject, device, record_property, seq_lens, topk, sinks
 ):
     """The same pure-decode step twice (growth, then a steady step): the host path's ledger against
     the general path's on the same batch: the release's device path where the run has the release
     beside it (``--baseline release``), else the subject's own device path (no pinned memory).
     Each distinct saving goes to the run summary under the test."""
     batch = pure_decode_of(seq_lens)
-    host = run(subject, device, [batch, batch], topk)
+    host = run(subject, device, [batch, batch], topk, sinks=sinks)
     if isinstance(subject, WithBaseline):
         against = "the release's device path"
-        general = run_program(subject.baseline, device, [batch, batch], m=builder_m([batch]), topk=topk)
+        general = run_program(subject.baseline, device, [batch, batch], m=builder_m([batch]), topk=topk, sinks=sinks)
     else:
         against = "its own device path (no pinned memory)"
-        general = run(subject, device, [batch, batch], topk, pin_memory=False)
+        general = run(subject, device, [batch, batch], topk, pin_memory=False, sinks=sinks)
     for h, g in zip(host, general, strict=True):
-        saved = contract.saving(h.ledger, g.ledger)
+        saved = contract.saving(h.shared, g.shared)
         label = "growing" if h.index == 0 else "steady"
         record_property(
             NOTE_PROPERTY,
@@ -335,9 +380,9 @@ def test_device_path_on_the_gpu_uploads_pinned_and_syncs_only_where_allowed(subj
     steps = run_program_on_real_stream(unpaired(subject), device, program, m=M, topk=2)
     for s in steps:
         assert s.result.path == "device", f"step {s.index} took the {s.result.path} path"
-        check(contract.device_uploads_pinned(s.ledger), s.ledger, "device path uploads", "pinned sources")
+        check(contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources")
         check(
-            contract.device_no_unallowed_sync(s.ledger),
+            contract.device_no_unallowed_sync(s.shared),
             s.ledger,
             "device path sync",
             "no sync (d2h, stream sync, blocking h2d) outside",

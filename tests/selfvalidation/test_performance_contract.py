@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
+from fixtures.models.ledger import DeviceOp, Ledger
 from fixtures.plugin.fresh_run import repo
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.mutants.performance import MUTANTS as PERFORMANCE
 from fixtures.subjects.reference import ReferenceSubject
+from oracles import device_work as contract
 
 CLAUSE_TESTS = "tests/performance/test_device_work.py"
 
@@ -113,3 +115,37 @@ def test_the_reference_keeps_every_clause(clauses):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_broken_subject_fails_exactly_the_clauses_it_breaks(name, clauses):
     assert failing_clauses(MUTANTS[name](), clauses) == EXPECTED[name]
+
+
+# ----- AITER's persistent work metadata: the block the path clauses leave to their own -----------------------
+def _op(kind, what="", target="", allowed=False, **kw):
+    return DeviceOp(kind, what, target=target, **kw).in_sync_region(allowed)
+
+
+READ = _op("d2h", "cpu", f"{contract.SEQ_LENS}[0:3]", allowed=True)
+REBUILT = _op("launch", contract.REBUILD)
+SYNCED = _op("stream_sync", "synchronize")
+UPLOAD_OP = _op("h2d", "copy_", "paged_kv_indptr[0:9]", pinned=True, blocking=False)
+
+
+def test_only_the_persistent_blocks_own_operations_are_left_out_of_the_path_clauses():
+    """The first read back of ``seq_lens`` inside ``gpu_sync_allowed``, the first rebuild and the first stream sync
+    after it, and only on a step that keeps the metadata; a second read, a read outside the region, or a sync
+    before the rebuild stays with the path clauses (a host path that waits there fails)."""
+    step = Ledger("host step", [UPLOAD_OP, READ, REBUILT, SYNCED])
+    assert contract.shared_work(step, persistent=True).ops == [UPLOAD_OP]
+    assert contract.host_step_problems(step, False, False, persistent=True) == {}
+    assert set(contract.host_step_problems(step, False, False, persistent=False)) == {"launches", "sync"}
+    for extra in (READ, _op("d2h", "cpu", f"{contract.SEQ_LENS}[0:3]")):
+        again = Ledger("host step", [UPLOAD_OP, READ, extra, REBUILT, SYNCED])
+        assert contract.shared_work(again, persistent=True).ops == [UPLOAD_OP, extra]
+    early = Ledger("host step", [UPLOAD_OP, SYNCED, READ, REBUILT])
+    assert contract.shared_work(early, persistent=True).ops == [UPLOAD_OP, SYNCED]
+
+
+def test_a_rebuild_without_a_stream_sync_after_it_and_a_repeat_that_rebuilds_are_named():
+    assert contract.rebuild_synced(Ledger("s", [READ, REBUILT, SYNCED])) is None
+    assert "not followed by a stream synchronisation" in contract.rebuild_synced(Ledger("s", [SYNCED, READ, REBUILT]))
+    assert contract.no_rebuild_on_repeat(Ledger("s", [READ])) is None
+    for again in ([READ, REBUILT, SYNCED], [READ, SYNCED]):
+        assert "rebuilt or waited again" in contract.no_rebuild_on_repeat(Ledger("s", again))

@@ -13,6 +13,7 @@ import torch
 
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs.batches import make_batch
+from fixtures.models.launches import stood_in_launch
 from fixtures.models.stream_model import OnModelDevice, PendingReadViolation, StreamModelRuntime
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.reference import ReferenceSubject, device_inputs
@@ -97,6 +98,31 @@ def test_triton_launch_drains_the_queue_first():
         launch_sparse_seqlen(qsl, seq_lens, 64, 1, out)
         assert rt.pending == 0 and dev.tolist() == [1, 1, 1, 1]
     assert out.tolist() == [3, 4, 5, 6]
+
+
+def test_a_stood_in_kernel_is_one_launch_that_drains_the_queue_and_runs_in_stream_order():
+    """AITER's kernels stood in on CPU (``stood_in_launch``): one ledger launch, the queue drained first, its own
+    torch work the suite's (nothing more in the ledger); outside the model, it just runs."""
+    rt, host, dev = runtime_with_buffers()
+    host.copy_(torch.tensor([7, 7, 7, 7], dtype=torch.int32))
+    seen = []
+    with rt.running():
+        rt.copy_(dev, host)
+        stood_in_launch("AITER a_kernel", lambda: seen.append(dev.tolist()))
+    assert seen == [[7, 7, 7, 7]] and rt.pending == 0
+    assert [(op.kind, op.what) for op in rt.ledger.ops] == [("h2d", "copy_"), ("launch", "AITER a_kernel")]
+    assert stood_in_launch("AITER a_kernel", lambda: 3) == 3
+
+
+def test_a_read_back_is_one_sync_and_hands_back_host_memory():
+    """``.cpu()`` of device memory is one device-to-host read; what it hands back is host memory (a fresh copy,
+    as on a GPU, though CPU torch hands back the tensor itself), so ``.numpy()`` of it reads nothing more."""
+    rt, host, dev = runtime_with_buffers()
+    with rt.running():
+        read = dev.cpu()
+        read.numpy()
+        read += 1  # host work: the device buffer is not written
+    assert [op.kind for op in rt.ledger.ops] == ["d2h"] and dev.tolist() == [0, 0, 0, 0]
 
 
 # ----- what real code does: Tensor.copy_ and host tensors the model never made -----

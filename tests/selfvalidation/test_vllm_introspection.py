@@ -171,3 +171,8 @@ def test_the_layer_keeps_aiter_metadata_off_with_the_switch_the_builder_has():
     assert without.use_aiter_sparse_mla is False and without.sinks.dtype == torch.float32
     real = layer_stand_in("rocm", True, WithSwitch).impl
     assert real.use_aiter_sparse_mla is False and real.sinks is None
+    for mode, aiter_real in (("cpu", False), ("rocm", True)):  # a drawn layer is the one drawn, everywhere
+        plain = layer_stand_in(mode, aiter_real, WithSwitch, sinks=False).impl
+        assert plain.use_aiter_sparse_mla is False and plain.sinks is None
+        sunk = layer_stand_in(mode, aiter_real, WithSwitch, sinks=True).impl
+        assert sunk.use_aiter_sparse_mla is False and sunk.sinks.dtype == torch.float32
