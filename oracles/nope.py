@@ -105,6 +105,7 @@ def sparse_mla_forward(
     out_dtype: torch.dtype,
     q_scale: float = 1.0,
     kv_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sparse MLA (MQA over one latent head): ``softmax(q . k * scale) . v`` per token and head.
 
@@ -112,7 +113,8 @@ def sparse_mla_forward(
     token ``t < num_actual_tokens`` attends the slots
     ``paged_kv_indices[indptr[t] : indptr[t+1]]``; ``k`` is a slot's whole row,
     ``v`` its first ``kv_lora_rank`` columns.  fp8 inputs are dequantised by
-    ``q_scale`` / ``kv_scale``.  Accumulates in fp32; a token with no keys, and
+    ``q_scale`` / ``kv_scale``.  ``sinks``: one logit a head, in each softmax's
+    denominator only.  Accumulates in fp32; a token with no keys, and
     every row past ``num_actual_tokens``, gives zeros.  Returns
     ``[T, H, kv_lora_rank]`` in ``out_dtype``.
     """
@@ -121,7 +123,9 @@ def sparse_mla_forward(
         raise ValueError(f"kv_cache shape {tuple(kv_cache.shape)} does not match head size {d}")
     qf = q.float() * (q_scale if q.element_size() == 1 else 1.0)
     kv = kv_cache[:, 0, :].float() * (kv_scale if kv_cache.element_size() == 1 else 1.0)
-    out, _ = attention_with_lse(qf, kv, paged_kv_indptr, paged_kv_indices, num_actual_tokens, scale, kv_lora_rank)
+    out, _ = attention_with_lse(
+        qf, kv, paged_kv_indptr, paged_kv_indices, num_actual_tokens, scale, kv_lora_rank, sinks
+    )
     return out.to(out_dtype)
 
 

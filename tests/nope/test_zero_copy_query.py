@@ -44,7 +44,7 @@ from fixtures.harness.forward import (
     run_forward,
 )
 from fixtures.inputs import sizes
-from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, forward_cases, lay_out
+from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, case_sinks, forward_cases, lay_out
 from fixtures.inputs.strategies import pinned
 from fixtures.models.runtime import is_sentinel
 from fixtures.models.tensors import same_place, same_storage, storage_bytes
@@ -363,7 +363,7 @@ def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torc
     ref = oracle.sparse_mla_forward(
         query, inputs.kv_cache, md.paged_kv_indptr, md.paged_kv_indices, num_actual_tokens=n,
         scale=(c.kv_lora_rank + c.qk_rope_head_dim) ** -0.5, kv_lora_rank=c.kv_lora_rank, out_dtype=c.model_dtype,
-        q_scale=c.q_scale, kv_scale=c.kv_scale,
+        q_scale=c.q_scale, kv_scale=c.kv_scale, sinks=case_sinks(c, query.device),
     )  # fmt: skip
     atol, rtol = oracle.forward_tolerance(c.model_dtype, c.kv_cache_dtype == "fp8")
     keyed = with_keys(md)  # a token without keys: unspecified downstream (AITER's split reduction leaves NaN)

@@ -130,11 +130,12 @@ def test_the_record_merges_maxima_and_sums_crossings():
 
 def test_the_record_keeps_the_largest_forward_of_every_axis():
     """Forwards of one property on different axes: the most tokens, the widest top-k, the most live keys, the
-    key-pooled examples summed, every head count; the summary names the counts that do not divide 16."""
-    f = {"tokens": 1024, "widest_topk": 128, "live_keys": 4, "kpool": 0, "heads": [12, 1]}
-    g = {"tokens": 3, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "heads": [128, 1]}
+    key-pooled and the sink examples summed, every head count; the summary names the counts that do not divide
+    16."""
+    f = {"tokens": 1024, "widest_topk": 128, "live_keys": 4, "kpool": 0, "sinks": 3, "heads": [12, 1]}
+    g = {"tokens": 3, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "sinks": 1, "heads": [128, 1]}
     merged = scale.merge([{"requests": 0, "tokens": 0, "m": 0, "crossed": {}, "forward": x} for x in (f, g)])
-    assert merged["forward"] == {"tokens": 1024, "widest_topk": 2048, "live_keys": 2048, "kpool": 2,
+    assert merged["forward"] == {"tokens": 1024, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "sinks": 4,
                                  "heads": [1, 12, 128]}  # fmt: skip
     line = scale.describe(merged)
     assert "largest forward: 1024 tokens; widest top-k 2048, most live keys of a token 2048" in line
@@ -148,7 +149,11 @@ def test_a_forward_call_is_recorded_with_its_live_keys():
 
     md = ForwardMetadata(torch.tensor([0, 3, 3, 10, 10], dtype=torch.int32), torch.zeros(10, dtype=torch.int32), 3)
     with scale.recording() as reach:
-        scale.saw_forward(types.SimpleNamespace(index_topk=None, index_kpool=None, num_heads=12), md)
-        scale.saw_forward(types.SimpleNamespace(index_topk=2048, index_kpool=128, num_heads=3), md)
+        scale.saw_forward(
+            types.SimpleNamespace(index_topk=None, index_kpool=None, num_heads=12, attention_sinks=None), md
+        )
+        scale.saw_forward(
+            types.SimpleNamespace(index_topk=2048, index_kpool=128, num_heads=3, attention_sinks=None), md
+        )
     assert (reach.forward_tokens, reach.widest_topk, reach.live_keys, reach.kpool) == (4, 2048, 7, 1)
     assert sorted(reach.heads) == [3, 12]

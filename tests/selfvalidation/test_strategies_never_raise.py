@@ -45,6 +45,8 @@ DOMAINS = {
     "fp8 cache only": ForwardDomain((torch.float16,), ("fp8",)),
     # a forward whose caller slices the padded rows off (vLLM's MLAAttention)
     "no padded rows": ForwardDomain(padded_rows=False),
+    # a backend that serves layers with attention sinks (vLLM's ROCm backend on an MI3xx)
+    "with sinks": ForwardDomain(sinks=True),
 }
 
 
@@ -154,15 +156,33 @@ def test_a_domain_without_padded_rows_draws_live_rows_only(monkeypatch):
     """A subject whose caller slices the padding off (``ForwardDomain.padded_rows``, vLLM's) is never handed
     rows past ``num_actual_tokens``; the live-token counts are drawn as for every other domain."""
     monkeypatch.setattr(forward_cases, "_RUN_DOMAIN", [ForwardDomain(padded_rows=False)])
+    drawn = draw_cases()
+    assert all(c.num_tokens == c.num_actual_tokens for c in drawn), [
+        c for c in drawn if c.num_tokens != c.num_actual_tokens
+    ][:1]
+    assert len({c.num_actual_tokens for c in drawn}) > 3, "the live-token counts collapsed"
+
+
+def test_sinks_are_drawn_only_for_a_domain_that_serves_them_one_a_head(monkeypatch):
+    """Layers with sinks are drawn for a domain that declares them (``ForwardDomain.sinks``), never for one
+    that does not; a drawn layer's sinks are float32, one a head, neighbouring heads differing."""
+    for declared in (False, True):
+        monkeypatch.setattr(forward_cases, "_RUN_DOMAIN", [ForwardDomain(sinks=declared)])
+        drawn = draw_cases()
+        with_sinks = [c for c in drawn if c.sink_base is not None]
+        assert bool(with_sinks) == declared, f"sinks drawn for ForwardDomain(sinks={declared}): {len(with_sinks)}"
+    sinks = forward_cases.case_sinks(next(c for c in with_sinks if c.num_heads > 1), "cpu")
+    assert sinks.dtype == torch.float32 and sinks.dim() == 1 and bool(sinks[0] != sinks[1])
+
+
+def draw_cases(count: int = 60) -> list:
+    """``count`` forward cases under the domain in force, derandomised."""
     drawn = []
 
-    @settings(max_examples=60, database=None, deadline=None, derandomize=True)
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True)
     @given(forward_cases.forward_cases())
     def draw(c):
         drawn.append(c)
 
     draw()
-    assert all(c.num_tokens == c.num_actual_tokens for c in drawn), [
-        c for c in drawn if c.num_tokens != c.num_actual_tokens
-    ][:1]
-    assert len({c.num_actual_tokens for c in drawn}) > 3, "the live-token counts collapsed"
+    return drawn

@@ -141,7 +141,7 @@ def test_an_impl_that_asserts_an_indexer_is_made_with_one_as_vllm_makes_it():
     assert caps == {NOPE_FORWARD, NOPE_ZERO_COPY}
     buffer = object()
     layer = types.SimpleNamespace(num_heads=16, head_size=512, scale=1.0, kv_cache_dtype="auto", kv_lora_rank=512,
-                                  qk_rope_head_dim=0)  # fmt: skip
+                                  qk_rope_head_dim=0, attention_sinks=None)  # fmt: skip
     impl = _NeedsIndexer(impl_arguments(layer, buffer, indexer=True)["indexer"])
     assert impl.topk_indices_buffer is buffer
     assert impl_arguments(layer, buffer)["indexer"] is None, "a layer whose buffer is passed alone, where it can be"
