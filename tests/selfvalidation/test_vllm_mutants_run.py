@@ -61,6 +61,24 @@ def test_classify(tmp_path, returncode, outcome, status):
         assert verdict["killed_by"] == "tests/a.py::test_p" and verdict["examples"] == 3
 
 
+def test_a_mutant_every_property_of_which_needs_a_module_the_release_lacks_is_not_loadable_here(tmp_path):
+    """Every property it reached not applicable because its path uses a vLLM module the installed release lacks
+    (``compat.AbsentModule``): it cannot run here, as a mutant that does not load; any other reason for all of
+    them not applying stays an error."""
+    from fixtures.subjects.vllm.compat import ABSENT_MODULE_REASON
+
+    record = tmp_path / "r.json"
+    for reason, status in ((f"this path uses vllm.x.y, a vLLM module ... lacks {ABSENT_MODULE_REASON}", "not_loadable"),
+                           ("needs a GPU", "error")):  # fmt: skip
+        rec = {"outcomes": {"call": "skipped"}, "skip_reason": reason, "calls": 0, "first_failure_call": None}
+        rec.update(seconds_to_first_failure=None, falsifying=[], reproducer=True, hypothesis=True, seconds=1.0)
+        record.write_text(
+            json.dumps({"exitstatus": 0, "tests": {"tests/a.py::test_p": rec, "tests/b.py::test_q": rec}})
+        )
+        verdict = classify(0, record, tmp_path / "log", timeout=9)
+        assert verdict["status"] == status, verdict
+
+
 def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_path):
     log = tmp_path / "log"
     log.write_text(

@@ -43,6 +43,7 @@ from fixtures.outcomes import EXIT_SUITE_ERROR
 from fixtures.plugin.forkserver import Launcher, Outcome, Run
 from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
+from fixtures.subjects.vllm.compat import ABSENT_MODULE_REASON
 from fixtures.subjects.vllm.overlay import PACKAGE
 from tools.killmatrix import ERRORED, KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
@@ -157,6 +158,16 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
         }
     if errored:  # the suite's own error in a property, and no kill: neither killed nor survived
         return {"status": "error", "detail": f"suite error in {', '.join(errored)} (see {log})", "not_applicable": na}
+    if (
+        returncode == 0
+        and not passed
+        and na
+        and all(ABSENT_MODULE_REASON in (props[p]["skip_reason"] or "") for p in na)
+    ):
+        # The mutant sends every input down a path that needs a vLLM module the installed release lacks: it cannot
+        # run here (it would on the vLLM the file was written for), as a mutant that does not load.
+        reason = props[na[0]]["skip_reason"]
+        return {"status": "not_loadable", "detail": f"every property it reached was not applicable: {reason}"}
     if returncode == 1 or not passed:
         why = "failed without a failing test" if returncode == 1 else "no property passed or failed"
         return {"status": "error", "detail": f"pytest {why} (see {log})", "not_applicable": na}
