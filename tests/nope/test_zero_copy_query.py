@@ -89,6 +89,10 @@ KPOOL = case(4, 3, 24, 16, BF16, BF16, index_topk=2048, index_kpool=128, topk=20
 PINNED += [LONG, WIDE, KPOOL]
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
+    # A layer with attention sinks on an fp8 cache with a rope part: on CPU the one route to AITER's return-LSE
+    # decode and vLLM's sink merge (a bf16 rope layer needs concat_mla_q's CUDA kernel; fp16 takes the Triton
+    # kernel); neighbouring heads' sinks differ (case_sinks), so a sink merged onto another head shows.
+    PINNED.append(case(4, 3, 4, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=1))
     # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
@@ -198,6 +202,9 @@ def run_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin: boo
         reject()
     if c.index_kpool and not forward_domain(subject).kpool:
         event("not applicable: the subject serves no model with a key pool (its forward_domain)")
+        reject()
+    if c.sink_base is not None and not forward_domain(subject).sinks:
+        event("not applicable: the subject serves no layer with attention sinks (its forward_domain)")
         reject()
     if c.num_actual_tokens < c.num_tokens and not forward_domain(subject).padded_rows:
         event("not applicable: the subject's caller hands it no padded rows (its forward_domain)")

@@ -4,7 +4,8 @@ Each edit of :mod:`fixtures.subjects.mutants.vllm_edits` is applied to a copy of
 overlay given with ``--vllm-overlay`` (in a temporary folder), and the
 edit's properties (stateful and gating, or the NoPE forward's for the top-k
 remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
-pinned ones), without shrinking, and without the release beside it
+pinned ones; an edit marked ``pinned``, which only a rare layer reaches on CPU, under ``ci``, its property's pinned
+example first), without shrinking, and without the release beside it
 (``--baseline none``): a property of the suite's own must fail.  Each run is a child of the fork server
 (``fixtures/plugin/forkserver.py``), which imported torch, triton and vLLM once
 for every edit this process runs.  Needs vLLM installed and ``--vllm-overlay``
@@ -50,7 +51,8 @@ def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, n
     args += [f"--claim={cap}" for cap in EDITS[name].claims]
     log = tmp_path / "run.log"
     outcomes = []
-    launcher.run([Run(name, args, launcher.env, log, 900, ROOT)], lambda run, outcome: outcomes.append(outcome))
+    env = {**launcher.env, "HYPOTHESIS_PROFILE": "ci"} if EDITS[name].pinned else launcher.env  # pinned examples run
+    launcher.run([Run(name, args, env, log, 900, ROOT)], lambda run, outcome: outcomes.append(outcome))
     out = log.read_text(errors="replace")
     assert outcomes[0].returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
     assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
