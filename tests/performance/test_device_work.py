@@ -16,6 +16,7 @@ legality oracle.  On a GPU the same clauses are checked from
 """
 
 import contextlib
+import functools
 
 import pytest
 from hypothesis import HealthCheck, example, given, note, settings
@@ -26,6 +27,7 @@ from fixtures.harness.device_work import broken_host_clauses, host_steps, run_pr
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import (
+    LAYER_SINKS,
     LAYERS,
     STEP_TOPKS,
     bulk_decode,
@@ -73,8 +75,6 @@ def builder_m(batches) -> int:
 
 
 topks = st.sampled_from(STEP_TOPKS)
-layers = LAYERS
-WITHOUT_SINKS = st.just(False)
 
 
 def run(subject, device, batches, topk, m=None, **kwargs):
@@ -96,15 +96,15 @@ HOST = (HOST_PATH, DEVICE_PATH, PERSISTENT_BUFFERS)
 host_clause = pytest.mark.needs(*HOST)
 
 
-def on_programs(*capabilities, pinned=(), drawn_layers=layers):
+def on_programs(*capabilities, pinned=(), layers=LAYER_SINKS):
     """A clause checked on every step of generated programs (``batches``, ``topk``, the layer's ``sinks``
-    drawn from ``drawn_layers``), and first on each ``pinned`` program (a list of batches) at top-k 2 with
+    drawn from ``layers``), and first on each ``pinned`` program (a list of batches) at top-k 2 with
     each layer."""
 
     def wrap(fn):
-        test = given(batches=programs(), topk=topks, sinks=drawn_layers)(fn)
+        test = given(batches=programs(), topk=topks, sinks=st.sampled_from(layers))(fn)
         for batches in pinned:
-            for sinks in (None, False) if drawn_layers is layers else (False,):
+            for sinks in layers:
                 test = example(batches=batches, topk=2, sinks=sinks)(test)
         return pytest.mark.needs(*capabilities)(LEDGER(test))
 
@@ -161,7 +161,7 @@ def growth_cases(draw):
 
 @host_clause
 @LEDGER
-@given(case=growth_cases(), sinks=layers)
+@given(case=growth_cases(), sinks=LAYERS)
 @example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]), sinks=False)
 def test_host_path_device_work_does_not_grow_with_n(subject, device, case, sinks):
     """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
@@ -257,24 +257,23 @@ def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches
             )
 
 
-_KEEPS_PERSISTENT: dict[int, bool] = {}
+@functools.cache
+def keeps_persistent_work_metadata(subject, device) -> bool:
+    """Whether ``subject`` keeps persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm
+    builder): asked once of one decode step."""
+    (probe,) = run_program(subject, device, [pure_decode_of([5])], m=M, topk=2, sinks=False)
+    return probe.persistent
 
 
 def require_persistent_work_metadata(subject, device) -> None:
-    """The subject keeps persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm builder):
-    asked once of one decode step; a subject that does not, has no such block, and the property is not
-    applicable to it."""
-    key = id(unpaired(subject))
-    if key not in _KEEPS_PERSISTENT:
-        (probe,) = run_program(unpaired(subject), device, [pure_decode_of([5])], m=M, topk=2, sinks=False)
-        _KEEPS_PERSISTENT[key] = probe.persistent
-    if not _KEEPS_PERSISTENT[key]:
+    """A subject without persistent work metadata has no such block: the property is not applicable to it."""
+    if not keeps_persistent_work_metadata(unpaired(subject), device):
         raise NotApplicableHere(
             "the subject keeps no persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm builder)"
         )
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], drawn_layers=WITHOUT_SINKS)
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], layers=(False,))
 def test_a_persistent_work_metadata_rebuild_is_synchronised_before_the_step_returns(
     subject, device, batches, topk, sinks
 ):
@@ -286,7 +285,7 @@ def test_a_persistent_work_metadata_rebuild_is_synchronised_before_the_step_retu
         check(contract.rebuild_synced(s.ledger), s.ledger, "persistent rebuild", "a stream sync after the rebuild")
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], drawn_layers=WITHOUT_SINKS)
+@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], layers=(False,))
 def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for_nothing(
     subject, device, batches, topk, sinks
 ):
@@ -302,7 +301,7 @@ def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for
 
 @host_clause
 @settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
-@given(seq_lens=saving_seq_lens(), topk=topks, sinks=layers)
+@given(seq_lens=saving_seq_lens(), topk=topks, sinks=LAYERS)
 @example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048, sinks=False)
 def test_host_path_saves_the_claimed_launches_against_the_general_path(
     subject, device, record_property, seq_lens, topk, sinks

@@ -504,20 +504,18 @@ class _TilingHelper:
 
 
 def test_head_padding_check_hands_on_the_source_and_refuses_a_changed_or_foreign_query():
-    forward = object.__new__(VllmForward)
-    forward.config = types.SimpleNamespace(num_heads=3)
     q = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
     padding = PaddingObserver(_TilingHelper)
-    assert forward.unpadded(padding.get_mla_padded_q(3, q), padding) is q
+    assert padding.source_of(padding.get_mla_padded_q(3, q), 3) is q
     with pytest.raises(AssertionError, match="get_mla_padded_q did not return"):
-        forward.unpadded(q.repeat(1, 2, 1), padding)
+        padding.source_of(q.repeat(1, 2, 1), 3)
 
     class Corrupting(_TilingHelper):
         corrupt = True
 
     padding = PaddingObserver(Corrupting)
     with pytest.raises(AssertionError, match="changed the query's real heads"):
-        forward.unpadded(padding.get_mla_padded_q(3, q), padding)
+        padding.source_of(padding.get_mla_padded_q(3, q), 3)
 
 
 def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
