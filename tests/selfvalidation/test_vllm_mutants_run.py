@@ -18,7 +18,7 @@ import pytest
 
 from fixtures.plugin.fresh_run import ROOT
 from tools.killmatrix_plugin import running_file
-from tools.vllm_mutants.run import classify, ran_from_tree, verification_args
+from tools.vllm_mutants.run import classify, hang_verdict, ran_from_tree, verification_args
 
 
 def test_a_run_whose_summary_does_not_show_the_mutated_file_is_an_error(tmp_path):
@@ -77,6 +77,13 @@ def test_a_mutant_every_property_of_which_needs_a_module_the_release_lacks_is_no
         )
         verdict = classify(0, record, tmp_path / "log", timeout=9)
         assert verdict["status"] == status, verdict
+
+
+def test_a_mutant_run_past_its_limit_is_killed_by_a_hang_named_as_such():
+    """Three times its tests' unmutated time plus 60 s without a verdict: a gate with a time limit fails it."""
+    verdict = hang_verdict({"status": "timeout", "detail": "no verdict within 277 s (see log)", "seconds": 277.1}, 277)
+    assert verdict["status"] == "killed" and verdict["hang"] and verdict["killed_by"].startswith("a hang")
+    assert verdict["detail"].startswith("no verdict") and verdict["seconds"] == 277.1
 
 
 def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_path):

@@ -26,7 +26,8 @@ Verdicts (:func:`classify`): *killed* (by which test, after how many
 examples; a process that dies inside a test, e.g. an out-of-bounds access
 under the Triton interpreter, is killed by a crash), *survived*, *gap*, *not
 loadable* (does not compile, or pytest exits 2/3/4: never a kill),
-*timeout* and *error* (the run broke).
+*timeout* and *error* (the run broke).  A mutant's run that times out is killed by a hang
+(:func:`hang_verdict`); only the control's timeout stays one.
 """
 
 from __future__ import annotations
@@ -174,6 +175,15 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     return {"status": "survived", "passed": passed, "not_applicable": na}
 
 
+def hang_verdict(verdict: dict, limit: float) -> dict:
+    """A mutant whose tests give no verdict within ``limit`` (three times what they took unmutated, plus 60 s) is
+    killed by a hang, as a gate with a time limit fails it (e.g. an out-of-bounds read the Triton interpreter turns
+    into a garbage loop bound); its detail keeps the run's own.  Reported apart (``hang``), never as a property's
+    kill."""
+    return {**verdict, "status": "killed", "killed_by": f"a hang (no verdict within {limit:.0f} s)", "hang": True,
+            "examples": None, "seconds_to_kill": None, "pinned": False}  # fmt: skip
+
+
 def ran_from_tree(log: Path, tree: Path, relpath: str, source: str) -> bool:
     """Whether the run's summary says the tree's ``relpath`` (with ``source``'s sha256) is what ran."""
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
@@ -285,6 +295,8 @@ def run_mutants(
         def mutant_done(r: Run, outcome: Outcome):
             m, mrecord, tree, selected, limit = r.key
             verdict = _verdict(outcome, mrecord, r.log, limit)
+            if verdict["status"] == "timeout":
+                verdict = hang_verdict(verdict, limit)
             if verdict["status"] in ("killed", "survived") and not verdict.get("crash"):
                 if not ran_from_tree(r.log, tree, m.relpath, m.source):
                     verdict = {
