@@ -318,3 +318,20 @@ def test_a_ci_run_records_itself_and_heads_the_measurements(tmp_path):
     assert missing == []
     assert f"at `{record['commit']}`, {record['date']}" in text
     assert "**14 min 59 s** (899 s), green; `import torch` on the machine afterwards 1.9-2.3 s" in text
+
+
+def test_the_vllm_install_takes_the_same_pins_with_uv_and_with_pip():
+    """tools/install_vllm.py installs the release without its dependencies plus its pinned import chain,
+    into this interpreter's environment, whichever installer is there; a release with no pinned chain is
+    refused by the installer (the file named does not exist)."""
+    from tools.install_vllm import install_command
+
+    uv = install_command("0.34.0", "/bin/uv")
+    pip = install_command("0.34.0", None)
+    assert uv[:6] == ["/bin/uv", "pip", "install", "--quiet", "--python", sys.executable]
+    assert pip[:4] == [sys.executable, "-m", "pip", "install"]
+    assert uv[6:] == pip[5:]
+    assert uv[6:8] == ["--no-deps", "vllm==0.34.0"] and uv[8] == "-r"
+    assert (ROOT / uv[9]).is_file(), uv[9]
+    tox = (ROOT / "tox.ini").read_text()
+    assert "python tools{/}install_vllm.py {env:VLLM_RELEASE:0.34.0}" in tox
