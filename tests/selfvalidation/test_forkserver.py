@@ -195,6 +195,7 @@ def test_a_run_killed_by_a_signal_leaves_nothing_in_the_temp_folder(tmp_path, su
     assert sorted(p.name for p in temp.iterdir()) == []
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_a_gpu_machine_gets_fresh_processes(tmp_path, suite):
     """A CUDA/HIP context does not survive fork(): where torch sees a GPU, every run is a process of its own."""
     mode, why = choose_mode("auto", gpu=lambda: True)

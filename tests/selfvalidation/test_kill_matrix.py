@@ -79,6 +79,7 @@ class Unbroken(ReferenceSubject):
 '''
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_runner_reports_survivor_and_failing_control(tmp_path):
     """A subject identical to the reference survives, a broken control fails; both make the run fail."""
     (tmp_path / "km_unbroken.py").write_text(textwrap.dedent(SURVIVOR))
@@ -104,6 +105,7 @@ def test_runner_reports_survivor_and_failing_control(tmp_path):
     assert len(rows) == 3 and "survived" in rows[2] and "FAILED" in rows[0], rows
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_runner_reports_a_subject_that_cannot_load(tmp_path):
     """A mutant that fails to load is an error, never counted as killed."""
     proc, matrix = run_matrix(
@@ -120,6 +122,7 @@ def test_runner_reports_a_subject_that_cannot_load(tmp_path):
     assert "no_such_module_here" in matrix["subjects"][0]["error"], matrix["subjects"][0]  # the log's own reason
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_the_properties_collect_without_xdist():
     """The kill matrix and the mutation run start pytest with ``-p no:xdist`` under ``--strict-markers``: every
     marker a property carries (xdist's ``xdist_group`` included) is one the suite declares, so they collect."""
@@ -158,6 +161,7 @@ class Crashing(ReferenceSubject):
 """
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_a_subject_that_crashes_the_process_is_killed_by_the_test_it_died_in(tmp_path):
     """Regression: family edits that leave request ids stale (token_request_pad_tokens_stale,
     token_request_first_tile_only) make vLLM's top-k remap kernel read block-table rows out of bounds,

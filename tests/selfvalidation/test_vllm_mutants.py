@@ -474,6 +474,7 @@ def entries_by_status(report):
     return {e["id"]: e["status"] for e in report["mutants"]}
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_two_shards_merge_into_the_unsharded_report(pair, tmp_path, suite):
     release, change = pair
     generation = vm.generate(change, base=release, scope="lines")
@@ -598,6 +599,7 @@ def test_a_control_on_two_xdist_workers_reaches_what_one_process_reaches(pair, t
     assert written and all(name.startswith("control-reach.gw") for name in written), written
 
 
+@pytest.mark.nightly  # a tool CI does not run (docs/running.md, 'Tiers')
 def test_a_verification_session_serves_as_the_control(pair, tmp_path, suite):
     """CI's run against the overlay records reach; the mutants then run without a control run of their
     own, with the same verdicts as after one."""
