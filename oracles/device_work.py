@@ -235,9 +235,10 @@ def rebuild_synced(ledger) -> str | None:
     return None
 
 
-def no_rebuild_on_repeat(ledger) -> str | None:
-    """A step on the very batch of the step before: no rebuild, no stream synchronisation."""
+def no_rebuild_on_repeat(ledger, step: str = "the batch of the step before") -> str | None:
+    """A step on the very batch of the step before (or on one whose work metadata is the same, ``step``
+    says which): no rebuild, no stream synchronisation."""
     found = [op for op in ledger.ops if (op.kind == "launch" and op.what == REBUILD) or op.kind == "stream_sync"]
     if found:
-        return f"the batch of the step before rebuilt or waited again: {', '.join(map(str, found))}"
+        return f"{step} rebuilt or waited again: {', '.join(map(str, found))}"
     return None

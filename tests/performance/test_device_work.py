@@ -299,6 +299,36 @@ def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for
         check(contract.no_rebuild_on_repeat(s.ledger), s.ledger, "persistent rebuild on a repeat", "none")
 
 
+def test_a_context_growing_to_the_top_k_rebuilds_the_persistent_work_metadata(subject, device):
+    """A layer without sinks, top-k 64: one request of two query tokens whose context grows by one token up
+    to the top-k (62, then 63): its sequence length clamped at the top-k stays 64, but ``paged_kv_indptr``
+    moves ([0, 63, 127], then [0, 64, 128]), so the second step rebuilds AITER's work metadata, and each
+    step's metadata is the one built from its own indptrs (the step checks AITER's door's stamp).  A cache
+    key that clamps the context from below sees nothing change (the function-scoped mutation run's
+    survivor: build's ``np.minimum`` of the context lengths as ``np.maximum``)."""
+    require_persistent_work_metadata(subject, device)
+    batches = [make_batch([2], [64]), make_batch([2], [65])]
+    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, sinks=False)
+    assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
+    rebuilt = [op for op in steps[1].ledger.ops if op.kind == "launch" and op.what == contract.REBUILD]
+    assert rebuilt, mismatch(steps[1].ledger, "no rebuild of the work metadata", "one get_mla_metadata_v1 launch")
+
+
+def test_decode_steps_past_the_top_k_rebuild_no_persistent_work_metadata(subject, device):
+    """A layer without sinks, top-k 64: two requests past the top-k decode one more token each.  Every
+    index range stays the top-k long (``paged_kv_indptr`` [0, 64, 128] both steps), so the work metadata of
+    the step before still holds and the second step rebuilds nothing and waits for nothing, as the release's
+    cache key, whose lengths saturate at the top-k, keeps it (the steady state of a long decode: a rebuild
+    here is a stream sync every step; the function-scoped mutation run's survivor: build's ``np.minimum`` of
+    the sequence lengths as ``np.maximum``)."""
+    require_persistent_work_metadata(subject, device)
+    batches = [pure_decode_of([69, 73]), pure_decode_of([70, 74])]
+    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, sinks=False)
+    assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
+    step = "a decode step past the top-k whose index ranges did not change"
+    check(contract.no_rebuild_on_repeat(steps[1].ledger, step), steps[1].ledger, "persistent rebuild", "none")
+
+
 @host_clause
 @settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
 @given(seq_lens=saving_seq_lens(), topk=topks, sinks=LAYERS)
