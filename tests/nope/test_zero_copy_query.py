@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 import pytest
 import torch
-from hypothesis import event, given, note, reject
+from hypothesis import event, given, note, reject, settings
+from hypothesis import strategies as st
 
 from fixtures.harness import scale
 from fixtures.harness.compare import assert_bits_equal
@@ -93,6 +94,11 @@ if FP8_DTYPE is not None:
     # decode and vLLM's sink merge (a bf16 rope layer needs concat_mla_q's CUDA kernel; fp16 takes the Triton
     # kernel); neighbouring heads' sinks differ (case_sinks), so a sink merged onto another head shows.
     PINNED.append(case(4, 3, 4, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=1))
+    # The same on 32, 48 and 128 heads a rank: AITER's fp8 return-LSE decode has kernels for 16 and 128 heads
+    # only, so vLLM pads 32 and 48 to 128 and takes back every fourth head (32) or the first 48 (not a divisor).
+    PINNED.append(case(2, 2, 32, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=4.0, min_keys=1, seed=2))
+    PINNED.append(case(2, 2, 48, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=-3.0, min_keys=1, seed=3))
+    PINNED.append(case(2, 2, 128, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=4))
     # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
@@ -390,6 +396,27 @@ def with_keys(metadata) -> torch.Tensor:
 def test_output_matches_the_reference_forward(c, subject, device):
     """The output is close to the reference sparse MLA forward within
     ``oracles.nope.FORWARD_TOLERANCES``."""
+    for seen in forward_calls(c, subject, device):
+        check_output_close(c, seen.inputs, seen.run.result.output, seen.query, subject)
+
+
+# The pinned sink layers again, drawn under every profile: the mutants profile runs no @example, and its few
+# generated examples rarely draw a sink layer that reaches vLLM's sink merge on CPU (an fp8 cache with a rope
+# part), let alone AITER's head buckets at 32 and 48 heads (docs/mutation-function-scope.md).
+SINK_LAYERS = [c for c in PINNED if c.sink_base is not None]
+
+
+@pytest.mark.checks(NOPE_ZERO_COPY)
+@pytest.mark.needs(NOPE_FORWARD)
+@settings(max_examples=4 * len(SINK_LAYERS) or 1)
+@given(c=st.sampled_from(SINK_LAYERS) if SINK_LAYERS else st.none())
+def test_sink_layers_match_the_reference_forward(c, subject, device):
+    """Each pinned layer with attention sinks (4, 32, 48 and 128 heads a rank on an fp8 cache), generated: the
+    output is close to the reference forward with the layer's sinks (``oracles.nope.FORWARD_TOLERANCES``)."""
+    if c is None:
+        pytest.skip("not applicable: no fp8 dtype here, so no sink layer reaches the sink merge on CPU")
+    if not forward_domain(subject).sinks:
+        pytest.skip("not applicable: the subject serves no layer with attention sinks (its forward_domain)")
     for seen in forward_calls(c, subject, device):
         check_output_close(c, seen.inputs, seen.run.result.output, seen.query, subject)
 
