@@ -300,14 +300,14 @@ def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for
 
 
 def test_a_context_growing_to_the_top_k_rebuilds_the_persistent_work_metadata(subject, device):
-    """A layer without sinks, top-k 64: one request of two query tokens whose context grows by one token up
-    to the top-k (62, then 63): its sequence length clamped at the top-k stays 64, but ``paged_kv_indptr``
-    moves ([0, 63, 127], then [0, 64, 128]), so the second step rebuilds AITER's work metadata, and each
+    """A layer without sinks, top-k 64: two requests of two query tokens whose contexts grow by one token up
+    to the top-k (62, then 63): their sequence lengths clamped at the top-k stay 64, but ``paged_kv_indptr``
+    moves ([0, 63, 127, ...], then [0, 64, 128, ...]), so the second step rebuilds AITER's work metadata, and each
     step's metadata is the one built from its own indptrs (the step checks AITER's door's stamp).  A cache
     key that clamps the context from below sees nothing change (the function-scoped mutation run's
     survivor: build's ``np.minimum`` of the context lengths as ``np.maximum``)."""
     require_persistent_work_metadata(subject, device)
-    batches = [make_batch([2], [64]), make_batch([2], [65])]
+    batches = [make_batch([2, 2], [64, 64]), make_batch([2, 2], [65, 65])]
     steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, sinks=False)
     assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
     rebuilt = [op for op in steps[1].ledger.ops if op.kind == "launch" and op.what == contract.REBUILD]

@@ -681,3 +681,17 @@ def test_a_swap_is_skipped_only_when_no_order_can_matter(a, b, swap_skipped):
     first, second = ast.parse(a).body[0], ast.parse(b).body[0]
     assert independent(first, second) is swap_skipped
     assert independent(second, first) is swap_skipped
+
+
+@pytest.mark.nightly  # a minute of waiting for the hang (the limit's floor is 60 s)
+def test_a_mutant_whose_tests_hang_is_killed_by_the_hang_not_an_error(pair, tmp_path, suite):
+    """A run stopped at its limit prints no summary: the verdict is a kill by a hang, never an error for a summary
+    that does not show the mutated file (the function-scoped run at b673660 read one so: build L675's broadcast
+    made the seqlen kernel loop on garbage)."""
+    release, change = pair
+    generation = vm.generate(change, base=release, scope="lines")
+    m = next(m for m in generation.mutants if m.function == "tail")
+    hanging = dataclasses.replace(m, source=m.source.replace("    m = len(xs)\n", "    while True:\n        pass\n", 1))
+    assert hanging.source != m.source
+    verdict = run_synthetic([hanging], change, tmp_path / "out", suite)["results"][hanging.id]
+    assert verdict["status"] == "killed" and verdict.get("hang"), verdict

@@ -297,7 +297,8 @@ def run_mutants(
             verdict = _verdict(outcome, mrecord, r.log, limit)
             if verdict["status"] == "timeout":
                 verdict = hang_verdict(verdict, limit)
-            if verdict["status"] in ("killed", "survived") and not verdict.get("crash"):
+            # A run killed by a crash or a hang prints no summary: what killed it is the mutated tree's doing.
+            if verdict["status"] in ("killed", "survived") and not verdict.get("crash") and not verdict.get("hang"):
                 if not ran_from_tree(r.log, tree, m.relpath, m.source):
                     verdict = {
                         "status": "error",
