@@ -174,6 +174,7 @@ EQUIVALENT: dict[str, str] = {
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L744:swap_statements:1": "from aiter import get_mla_metadata_v1 moved after _sparse_decode_max_split(...), a pure computation (min, triton.next_power_of_2) that reads no aiter name and cannot raise: same call, same ImportError if aiter is absent",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseMetadataBuilder.build:L769:swap_statements:1": "self._prev_metadata_key = metadata_key (a host attribute) and the stream synchronize: neither reads what the other writes, and the sync still follows the launch (clause 9). Only a raising synchronize (a device fault, which ends the process) could tell them apart",
     "rocm_aiter_mla_sparse:ROCMAiterMLASparseImpl._forward_mla:L1160:flip_compare:1": "has_keys all true differs only for a live token with no keys; every live token attends min(seq_len, topk) >= 1 keys (its own position at least), and rows past num_actual_tokens are not read",
+    "rocm_aiter_mla_sparse:ROCMAiterMLASparseImpl._forward_mla:L1145:force_condition:1": "lse is never None here: the head bucket differs from the padded heads only on the sink path, where lse is mla_decode_fwd_lse's result (as for L1141:force_condition:1)",
 }
 
 
