@@ -147,6 +147,7 @@ class Probe(ReferenceSubject):
 """
 
 
+@pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 @pytest.mark.parametrize("subject", ["_probe_subject:Probe", "fixtures.subjects.mutants:no_topk_clamp"])
 def test_a_suite_run_forked_reads_as_the_fresh_run(pytester, run_suite_in, suite_run_servers, monkeypatch, subject):
     """The self-tests' runs (fixtures/plugin/fresh_run.py, SuiteRun) fork from a server where no GPU is
@@ -169,6 +170,7 @@ def test_a_suite_run_forked_reads_as_the_fresh_run(pytester, run_suite_in, suite
         assert (f"--subject={subject}" in out) == (forked.ret == 1), out[-3000:]  # the reproducer of a failure
 
 
+@pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 def test_a_run_past_its_time_limit_is_killed(tmp_path, suite):
     env = pytest_env("ci", autoload=False, pythonpath=[ROOT])
     (suite / "tests" / "test_probe.py").write_text("import time\n\ndef test_sleeps():\n    time.sleep(60)\n")

@@ -392,6 +392,7 @@ def ran_tests(result) -> set[str]:
     return {t.rsplit("::", 1)[1] for t in json.loads(record.read_text())["tests"]}
 
 
+@pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 def test_each_mutant_runs_only_the_tests_that_reach_it(pair, tmp_path, suite, monkeypatch):
     """...and the run, through the fork server, leaves the temp folder as it found it."""
     temp = tmp_path / "temp"
@@ -517,6 +518,7 @@ def reach_session(change, release, suite, tmp_path, name, *extra, profile="mutan
     return out
 
 
+@pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 def test_reach_inside_the_mutated_functions_equals_reach_over_the_whole_session(pair, tmp_path, suite):
     release, change = pair
     scoped = reach_plugin.load([reach_session(change, release, suite, tmp_path, "scoped")])
@@ -585,6 +587,7 @@ def test_a_kernel_launched_inside_a_measured_function_runs_untraced_and_the_line
     assert (kernel in reach) == (not scoped), reach
 
 
+@pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 def test_a_control_on_two_xdist_workers_reaches_what_one_process_reaches(pair, tmp_path, suite):
     release, change = pair
     chosen = [m for m in vm.generate(change, base=release, scope="lines").mutants if m.function == "tail"]
