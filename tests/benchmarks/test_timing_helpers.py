@@ -36,7 +36,7 @@ from fixtures.models.runtime import Event
 from fixtures.plugin.gating import NOT_APPLICABLE
 from fixtures.plugin.run_state import run_state
 from fixtures.protocol import HOST_PATH
-from fixtures.subjects.vllm import overlay as vllm_overlay
+from fixtures.subjects.vllm.loading import overlay as vllm_overlay
 
 
 class FakeClock:
@@ -306,7 +306,7 @@ def test_vllm_step_makes_its_inputs_once(pytestconfig, device, monkeypatch):
     subject = timed(run_state(pytestconfig)["subject"])  # with --vllm-overlay: without the release beside it
     if subject.name != "vllm":
         pytest.skip(f"{NOT_APPLICABLE}checks the vllm subject's step; this session's subject is {subject.name!r}")
-    driver = sys.modules["fixtures.subjects.vllm.driven"]
+    driver = sys.modules["fixtures.subjects.vllm.builder"]
     made = []
     real = driver.common_attn_metadata
     monkeypatch.setattr(driver, "common_attn_metadata", lambda *a, **k: made.append(1) or real(*a, **k))

@@ -425,7 +425,8 @@ def _overlay_of_the_release(tmp_path, edit):
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vLLM installed (tox -e vllm)")
-    from fixtures.subjects.vllm.backend import BACKEND, write_overlay
+    from fixtures.subjects.vllm.loading.imports import write_overlay
+    from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BACKEND
 
     return write_overlay(tmp_path / "overlay", {BACKEND: edit}) / (BACKEND.replace(".", "/") + ".py")
 
@@ -454,7 +455,7 @@ def test_cli_rejects_an_overlay_with_a_syntax_error(run_suite_in, tmp_path):
 
 
 def test_cli_rejects_an_overlay_whose_builder_class_was_renamed(run_suite_in, tmp_path):
-    from fixtures.subjects.vllm.backend import BUILDER
+    from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BUILDER
 
     path = _overlay_of_the_release(tmp_path, lambda text: text.replace(f"class {BUILDER}(", f"class {BUILDER}V2("))
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if f"class {BUILDER}V2(" in text)

@@ -100,7 +100,7 @@ if FP8_DTYPE is not None:
     PINNED.append(case(2, 2, 32, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=4.0, min_keys=1, seed=2))
     PINNED.append(case(2, 2, 48, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=-3.0, min_keys=1, seed=3))
     PINNED.append(case(2, 2, 128, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=4))
-    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm/findings.py).
+    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py).
     PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
 
 

@@ -1,4 +1,4 @@
-"""AITER's door (fixtures/subjects/vllm/aiter_door.py): each stand-in refuses what AITER states it refuses,
+"""AITER's door (fixtures/subjects/vllm_rocm_aiter_sparse/aiter_door.py): each stand-in refuses what AITER states it refuses,
 naming the precondition and where AITER states it, and a decode handed another step's work metadata fails
 as stale.  The stand-ins need no vLLM: these run in every env."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures.subjects.vllm import aiter_door
-from fixtures.subjects.vllm.aiter_door import AiterRejects
+from fixtures.subjects.vllm_rocm_aiter_sparse import aiter_door
+from fixtures.subjects.vllm_rocm_aiter_sparse.aiter_door import AiterRejects
 
 BF16 = torch.bfloat16
 HEADS, D, V = 16, 576, 512

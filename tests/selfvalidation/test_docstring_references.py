@@ -96,7 +96,9 @@ def test_the_check_finds_a_stale_reference():
     assert missing("fixtures.harness.compare.compare_state") is None
     assert missing("fixtures.harness.step.compare_state") == "fixtures/harness/step.py defines no compare_state"
     assert missing("fixtures.no_such_module.x") == "fixtures/__init__.py defines no no_such_module"
-    assert "defines no VllmSubject.no_method" in missing("fixtures.subjects.vllm.subject.VllmSubject.no_method")
+    assert "defines no VllmSubject.no_method" in missing(
+        "fixtures.subjects.vllm_rocm_aiter_sparse.subject.VllmSubject.no_method"
+    )
     assert cited("see ``fixtures.protocol.StepResult`` and :func:`~oracles.split.split`") == {
         "fixtures.protocol.StepResult",
         "oracles.split.split",

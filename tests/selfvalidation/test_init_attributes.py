@@ -7,7 +7,7 @@ check names each attribute a fixture lacks.
 
 import pytest
 
-from fixtures.subjects.vllm.init_attributes import IncompleteFixture, check_complete, init_attributes
+from fixtures.subjects.vllm.introspection import IncompleteFixture, check_complete, init_attributes
 
 
 class Root:
@@ -103,8 +103,7 @@ class Optional_:
 def test_an_attribute_set_only_on_some_paths_is_conditional():
     """Assigned inside a branch, a loop or an except clause (or by a method called from one): a
     construction may rightly leave it unset (the vllm subject's construction check accepts that)."""
-    from fixtures.subjects.vllm.construct import check_constructed
-    from fixtures.subjects.vllm.init_attributes import conditional_attributes
+    from fixtures.subjects.vllm.introspection import check_constructed, conditional_attributes
 
     assert set(init_attributes(Optional_)) == {
         "always",

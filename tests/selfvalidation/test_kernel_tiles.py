@@ -28,9 +28,10 @@ def vllm_sources():
     """The installed release's sources of the kernels' launchers, prepared as the vllm subject imports them."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
-    from fixtures.subjects.vllm.backend import detect_mode, import_backend
+    from fixtures.subjects.vllm.loading.imports import detect_mode
+    from fixtures.subjects.vllm_rocm_aiter_sparse.backend import import_rocm_backend
 
-    backend, _ = import_backend(detect_mode())
+    backend, _ = import_rocm_backend(detect_mode())
     sources = {"backend": inspect.getsource(backend)}
     try:
         from vllm.v1.attention.ops import metadata

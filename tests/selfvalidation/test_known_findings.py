@@ -7,7 +7,7 @@ import pytest
 from fixtures.harness.findings import match_builder_finding, match_forward_finding
 from fixtures.protocol import known_findings
 from fixtures.subjects.reference import ReferenceSubject
-from fixtures.subjects.vllm.findings import ALL_FINDINGS, FORWARD_FINDINGS, KNOWN_FINDINGS
+from fixtures.subjects.vllm_rocm_aiter_sparse.findings import ALL_FINDINGS, FORWARD_FINDINGS, KNOWN_FINDINGS
 
 # A subject that hands the suite vLLM's findings, without importing vLLM.
 WITH_FINDINGS = types.SimpleNamespace(known_findings=lambda: KNOWN_FINDINGS)

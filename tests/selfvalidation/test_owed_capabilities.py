@@ -140,7 +140,7 @@ def test_the_split_oracle_is_vllms_split_decodes_and_prefills(lens, pad, thresho
     needs_vllm()
     import torch
 
-    from fixtures.subjects.vllm.backend import before_vllm_on_cpu
+    from fixtures.subjects.vllm.loading.imports import before_vllm_on_cpu
 
     before_vllm_on_cpu()
     from vllm.v1.attention.backends.utils import split_decodes_and_prefills

@@ -1,4 +1,4 @@
-"""The one AITER probe (``fixtures.subjects.vllm.aiter.probe_aiter``): never fooled by a module named ``aiter``.
+"""The one AITER probe (``fixtures.subjects.vllm.loading.aiter.probe_aiter``): never fooled by a module named ``aiter``.
 
 AMD's AITER counts as present only when every function the backend uses is
 found; the suite's own CPU stand-in and a spec-less module in
@@ -8,7 +8,7 @@ found; the suite's own CPU stand-in and a spec-less module in
 import sys
 import types
 
-from fixtures.subjects.vllm.aiter import AITER_FUNCTIONS, STAND_IN_MARK, probe_aiter
+from fixtures.subjects.vllm.loading.aiter import AITER_FUNCTIONS, STAND_IN_MARK, probe_aiter
 
 
 def fake_aiter(with_functions: bool, spec: bool = False):

@@ -137,7 +137,8 @@ def release_overlay(tmp_path):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("not applicable: vLLM is not installed here (tox -e vllm installs it)")
     # vLLM is never imported in this process: only the installed files are read.
-    from fixtures.subjects.vllm.backend import BACKEND, write_overlay
+    from fixtures.subjects.vllm.loading.imports import write_overlay
+    from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BACKEND
 
     def write(edits):
         return write_overlay(tmp_path / "overlay", {BACKEND if k is None else k: v for k, v in edits.items()})
@@ -149,7 +150,7 @@ def in_builder_init(line: str):
     """An edit of the backend: ``line`` first in the builder's ``__init__`` body (after its signature)."""
 
     def edit(text: str) -> str:
-        from fixtures.subjects.vllm.backend import BUILDER
+        from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BUILDER
 
         at = text.index(f"class {BUILDER}(")
         sig = text.index("def __init__(", at)
@@ -163,7 +164,7 @@ def in_build(line: str):
     """An edit of the backend: ``line`` first in the builder's ``build`` body."""
 
     def edit(text: str) -> str:
-        from fixtures.subjects.vllm.backend import BUILDER
+        from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BUILDER
 
         at = text.index("    def build(", text.index(f"class {BUILDER}("))
         body = re.compile(r"\)( -> [^:\n]+)?:\n").search(text, at).end()
@@ -176,7 +177,7 @@ def build_parameter(name: str):
     """An edit of the backend: the builder's ``build`` takes one more required positional parameter."""
 
     def edit(text: str) -> str:
-        from fixtures.subjects.vllm.backend import BUILDER
+        from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BUILDER
 
         at = text.index("    def build(", text.index(f"class {BUILDER}("))
         after = text.index("common_attn_metadata: CommonAttentionMetadata,\n", at)

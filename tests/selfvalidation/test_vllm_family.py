@@ -1,4 +1,4 @@
-"""vLLM's sibling sparse MLA builders as subjects (``fixtures/subjects/vllm/family.py``).
+"""vLLM's sibling sparse MLA builders as subjects (``fixtures/subjects/vllm/siblings.py``).
 
 What a sibling is made of (one folder, its registration, nothing else of the
 suite touched), the protocol's buffers a builder without the paged-KV metadata
@@ -40,17 +40,17 @@ from fixtures.protocol import (
 )
 from fixtures.subjects import KNOWN_SUBJECTS, check_subject, load_subject
 from fixtures.subjects.mutants.vllm_family import FAMILY_EDITS, write_family_overlay
-from fixtures.subjects.vllm.backend import installed_module_file, installed_vllm_version
 from fixtures.subjects.vllm.config import StandIn
-from fixtures.subjects.vllm.family import NotASiblingHere, SiblingSubject
-from fixtures.subjects.vllm.findings import assert_seen_on
-from fixtures.subjects.vllm.sparse_forward import KernelStandIn
+from fixtures.subjects.vllm.forward.sparse import KernelStandIn
+from fixtures.subjects.vllm.loading.imports import installed_module_file, installed_vllm_version
+from fixtures.subjects.vllm.siblings import NotASiblingHere, SiblingSubject
 from fixtures.subjects.vllm_flashinfer_sparse.findings import BF16_OUTPUT
 from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
+from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
 from oracles import device_work as contract
 
-SIBLINGS = sorted(name for name, target in KNOWN_SUBJECTS.items() if ".vllm_" in target)
+SIBLINGS = sorted(name for name, target in KNOWN_SUBJECTS.items() if ".vllm_" in target and name != "vllm")
 
 
 def sibling(name: str):
@@ -91,7 +91,7 @@ def test_a_sibling_subject_is_a_few_declarations():
         cls = getattr(module, KNOWN_SUBJECTS[name].split(":")[1])
         assert issubclass(cls, SiblingSubject)
         own = {k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
-        assert not own, f"{name} defines methods {sorted(own)}: they belong in fixtures/subjects/vllm/family.py"
+        assert not own, f"{name} defines methods {sorted(own)}: they belong in fixtures/subjects/vllm/siblings.py"
 
 
 # ----- the protocol: builders without the paged-KV metadata ---------------------
@@ -249,7 +249,7 @@ def test_each_family_edit_applies_to_the_installed_file(name, tmp_path):
     edit = FAMILY_EDITS[name]
     for subject in edit.subjects:
         sibling(subject)  # not applicable on a release without the backend
-    default = re.search(r"vllm==\{env:VLLM_RELEASE:([\d.]+)\}", (ROOT / "tox.ini").read_text()).group(1)
+    default = re.search(r"\{env:VLLM_RELEASE:([\d.]+)\}", (ROOT / "tox.ini").read_text()).group(1)
     version = installed_vllm_version()
     try:
         text = installed_module_file(edit.module).read_text()
@@ -266,7 +266,7 @@ def test_each_family_edit_applies_to_the_installed_file(name, tmp_path):
     assert set(edit.subjects) <= set(SIBLINGS)
 
 
-# ----- the siblings' forward_mqa (fixtures/subjects/vllm/sparse_forward.py) -------
+# ----- the siblings' forward_mqa (fixtures/subjects/vllm/forward/sparse.py) -------
 def sibling_forward(name: str, model_dtype: torch.dtype, t: int = 2, heads: int = 4, lora: int = 8, **kw):
     """The real ``forward_mqa`` of sibling ``name`` on a NoPE layer, the step's keys drawn from its seed."""
     subject = sibling(name)

@@ -13,9 +13,7 @@ import types
 import torch
 
 from fixtures.protocol import DEVICE_KERNEL, HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY
-from fixtures.subjects.vllm.backend import LAUNCHER
-from fixtures.subjects.vllm.construct import layer_stand_in
-from fixtures.subjects.vllm.subject import (
+from fixtures.subjects.vllm.introspection import (
     HOST_PATH_STATE,
     bind_launcher,
     capabilities_of,
@@ -23,6 +21,8 @@ from fixtures.subjects.vllm.subject import (
     forward_notes,
     has_nope_zero_copy,
 )
+from fixtures.subjects.vllm_rocm_aiter_sparse.backend import LAUNCHER
+from fixtures.subjects.vllm_rocm_aiter_sparse.subject import layer_stand_in
 
 
 def test_launcher_is_bound_by_name_in_either_signature():
@@ -134,7 +134,7 @@ def test_an_impl_that_asserts_an_indexer_is_made_with_one_as_vllm_makes_it():
     """Releases 0.21-0.23 (and forks of them) assert an indexer module is given and read the top-k buffer off
     it: vLLM makes every layer of a model with an indexer so, and so does the suite (its forward is driven,
     never declared lost for the suite's own construction choice)."""
-    from fixtures.subjects.vllm.forward import impl_arguments, requires_indexer
+    from fixtures.subjects.vllm.forward.base import impl_arguments, requires_indexer
 
     assert requires_indexer(_NeedsIndexer) and not requires_indexer(_ZeroCopy)
     caps, _ = forward_capabilities(_NeedsIndexer, "X")

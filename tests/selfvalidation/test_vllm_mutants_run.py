@@ -65,7 +65,7 @@ def test_a_mutant_every_property_of_which_needs_a_module_the_release_lacks_is_no
     """Every property it reached not applicable because its path uses a vLLM module the installed release lacks
     (``compat.AbsentModule``): it cannot run here, as a mutant that does not load; any other reason for all of
     them not applying stays an error."""
-    from fixtures.subjects.vllm.compat import ABSENT_MODULE_REASON
+    from fixtures.subjects.vllm.loading.compat import ABSENT_MODULE_REASON
 
     record = tmp_path / "r.json"
     for reason, status in ((f"this path uses vllm.x.y, a vLLM module ... lacks {ABSENT_MODULE_REASON}", "not_loadable"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import ROOT
-from fixtures.subjects.vllm.overlay import OverlayError, install, overlay_files
+from fixtures.subjects.vllm.loading.overlay import OverlayError, install, overlay_files
 
 
 def write(path: Path, text: str) -> Path:
@@ -43,7 +43,7 @@ def run_probe(site: Path, overlay: Path, code: str) -> dict:
         f"""
         import json, sys
         sys.path[:0] = [{str(ROOT)!r}, {str(site)!r}]
-        from fixtures.subjects.vllm import overlay as vllm_overlay
+        from fixtures.subjects.vllm.loading import overlay as vllm_overlay
         files = vllm_overlay.install({str(overlay)!r})
         """
     ) + textwrap.dedent(code)
@@ -110,7 +110,7 @@ def test_an_overlay_after_vllm_was_imported_is_refused(installed, tmp_path):
         import sys
         sys.path[:0] = [{str(ROOT)!r}, {str(installed)!r}]
         import vllm.backend
-        from fixtures.subjects.vllm import overlay as vllm_overlay
+        from fixtures.subjects.vllm.loading import overlay as vllm_overlay
         vllm_overlay.install({str(overlay)!r})
         """
     )

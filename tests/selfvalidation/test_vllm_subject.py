@@ -25,17 +25,19 @@ from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs
 from fixtures.models.runtime import EagerRuntime, Event
 from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
-from fixtures.subjects.vllm.backend import BUILDER
 from fixtures.subjects.vllm.config import StandIn, StandInMissing, describe_provenance, generated_stand_in
-from fixtures.subjects.vllm.construct import TorchWithRuntime, check_constructed
-from fixtures.subjects.vllm.findings import assert_seen_on
-from fixtures.subjects.vllm.forward import IMPL, PaddingObserver, VllmForward, has_fp8_concat_quant_op
-from fixtures.subjects.vllm.init_attributes import IncompleteFixture, init_attributes
-from fixtures.subjects.vllm.subject import (
-    BUILDER_BUFFERS,
-    VllmSubject,
+from fixtures.subjects.vllm.forward.base import has_fp8_concat_quant_op
+from fixtures.subjects.vllm.introspection import (
+    IncompleteFixture,
+    check_constructed,
     has_nope_zero_copy,
+    init_attributes,
 )
+from fixtures.subjects.vllm.stand_ins import TorchWithRuntime
+from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BUILDER
+from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
+from fixtures.subjects.vllm_rocm_aiter_sparse.forward import IMPL, PaddingObserver, VllmForward
+from fixtures.subjects.vllm_rocm_aiter_sparse.subject import BUILDER_BUFFERS, VllmSubject
 from oracles.step import expected_seqlens
 
 
@@ -44,9 +46,10 @@ def backend():
     """The installed backend module, prepared as the vllm subject prepares it."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
-    from fixtures.subjects.vllm.backend import detect_mode, import_backend
+    from fixtures.subjects.vllm.loading.imports import detect_mode
+    from fixtures.subjects.vllm_rocm_aiter_sparse.backend import import_rocm_backend
 
-    module, _ = import_backend(detect_mode())
+    module, _ = import_rocm_backend(detect_mode())
     return module
 
 
@@ -306,7 +309,7 @@ def test_expecting_aiter_with_the_stand_in_in_place_is_a_clear_usage_error(relea
 def test_vllm_subject_is_registered():
     from fixtures.subjects import KNOWN_SUBJECTS
 
-    assert KNOWN_SUBJECTS["vllm"] == "fixtures.subjects.vllm.subject:VllmSubject"
+    assert KNOWN_SUBJECTS["vllm"] == "fixtures.subjects.vllm_rocm_aiter_sparse.subject:VllmSubject"
 
 
 def test_every_release_of_the_matrix_has_its_import_chain_and_the_newest_is_the_default():
@@ -324,7 +327,7 @@ def test_every_release_of_the_matrix_has_its_import_chain_and_the_newest_is_the_
 def test_subject_module_imports_no_vllm_until_the_subject_is_made():
     """Loading the module (as --subject resolution does) must not import vLLM:
     CPU mode has to empty CUDA_VISIBLE_DEVICES first."""
-    code = "import sys, fixtures.subjects.vllm.subject; assert 'vllm' not in sys.modules, 'vllm imported'"
+    code = "import sys, fixtures.subjects.vllm_rocm_aiter_sparse.subject; assert 'vllm' not in sys.modules, 'vllm imported'"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
@@ -522,7 +525,7 @@ def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
     """Finding nope-zero-copy-ignores-dtype, pinned: the post-change forward_mqa hands a
     contiguous fp32 ql_nope itself to the attention of a bf16 model (the copy path
     would have converted it).  When this fails, vLLM has fixed it: drop the finding
-    (fixtures/subjects/vllm/findings.py), this test and its entry in docs/findings.md."""
+    (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py), this test and its entry in docs/findings.md."""
     if NOPE_ZERO_COPY not in vllm_subject.capabilities:
         pytest.skip(f"not applicable: {vllm_subject.capability_notes[NOPE_ZERO_COPY]}")
     finding = next(f for f in vllm_subject.known_findings().path if f.key == "nope-zero-copy-ignores-dtype")
@@ -546,7 +549,7 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     on the device path of a CUDA-graph padded batch (speculative config: uniform
     4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
     release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
-    drop the finding (fixtures/subjects/vllm/findings.py), this test and its entry in docs/findings.md."""
+    drop the finding (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py), this test and its entry in docs/findings.md."""
     from fixtures.harness.findings import match_builder_finding
 
     if importlib.util.find_spec("vllm") is None:
@@ -604,7 +607,7 @@ def test_a_key_pooled_buffer_as_the_suite_lays_it_out_is_read_back_by_the_releas
     ``fit_kpool_indices_to_aiter`` (AITER's fixed top-k width, the live tail kept) gives back each row's keys,
     history then tail: what the NoPE properties then compare with the step's.  Its width from the installed
     rule: GLM-5.3's top-k of 2048 and key pool of 128 make the 2176 columns vLLM's sparse_utils names."""
-    from fixtures.subjects.vllm.forward import kpool_rule, write_topk_rows
+    from fixtures.subjects.vllm.forward.base import kpool_rule, write_topk_rows
 
     if not hasattr(backend, "fit_kpool_indices_to_aiter") or kpool_rule() is None:
         pytest.skip("not applicable: this vLLM release has no key pool")

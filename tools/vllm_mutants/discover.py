@@ -28,7 +28,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fixtures.subjects.vllm.overlay import PACKAGE
+from fixtures.subjects.vllm.loading.overlay import PACKAGE
 
 SCOPES = ("lines", "function")
 

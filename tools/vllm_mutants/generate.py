@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fixtures.subjects.vllm.overlay import PACKAGE, overlay_files
+from fixtures.subjects.vllm.loading.overlay import PACKAGE, overlay_files
 from tools.vllm_mutants.discover import (
     SCOPES,
     ChangedFunction,
