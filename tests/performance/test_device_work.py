@@ -29,7 +29,11 @@ from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import (
     LAYER_SINKS,
     LAYERS,
+    NO_SINKS,
+    PINNED_LAYERS,
+    ROPE_FREE,
     STEP_TOPKS,
+    WORK_METADATA_LAYERS,
     bulk_decode,
     grow_keep_grow_shrink,
     long_prefills,
@@ -96,16 +100,16 @@ HOST = (HOST_PATH, DEVICE_PATH, PERSISTENT_BUFFERS)
 host_clause = pytest.mark.needs(*HOST)
 
 
-def on_programs(*capabilities, pinned=(), layers=LAYER_SINKS):
-    """A clause checked on every step of generated programs (``batches``, ``topk``, the layer's ``sinks``
+def on_programs(*capabilities, pinned=(), layers=LAYER_SINKS, pinned_layers=PINNED_LAYERS):
+    """A clause checked on every step of generated programs (``batches``, ``topk``, the model's ``layer``
     drawn from ``layers``), and first on each ``pinned`` program (a list of batches) at top-k 2 with
-    each layer."""
+    each of ``pinned_layers``."""
 
     def wrap(fn):
-        test = given(batches=programs(), topk=topks, sinks=st.sampled_from(layers))(fn)
+        test = given(batches=programs(), topk=topks, layer=st.sampled_from(layers))(fn)
         for batches in pinned:
-            for sinks in layers:
-                test = example(batches=batches, topk=2, sinks=sinks)(test)
+            for layer in pinned_layers:
+                test = example(batches=batches, topk=2, layer=layer)(test)
         return pytest.mark.needs(*capabilities)(LEDGER(test))
 
     return wrap
@@ -119,34 +123,34 @@ VLLM_SIZED_HOST = vllm_sized_program(host_only=True)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk, sinks):
-    for s, shrank, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk, layer):
+    for s, shrank, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
         expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
         check(contract.host_launches(s.shared, shrank), s.ledger, "host path launches", expected)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk, sinks):
-    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk, layer):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
         check(contract.host_upload(s.shared), s.ledger, "host path upload", "one pinned non-blocking h2d")
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk, sinks):
-    for s, _, may_copy in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk, layer):
+    for s, _, may_copy in host_steps(run(subject, device, batches, topk, layer=layer)):
         expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
         check(contract.host_req_id_copy(s.shared, may_copy), s.ledger, "host path req_id_per_token", expected)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_never_reads_the_device_back(subject, device, batches, topk, sinks):
-    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+def test_host_path_never_reads_the_device_back(subject, device, batches, topk, layer):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
         check(contract.host_no_sync(s.shared), s.ledger, "host path sync", "no d2h, no stream sync")
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
-def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk, sinks):
-    for s, _, _ in host_steps(run(subject, device, batches, topk, sinks=sinks)):
+def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk, layer):
+    for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
         check(contract.host_wait(s.shared), s.ledger, "host path wait", "at most one event wait, before the upload")
 
 
@@ -161,9 +165,9 @@ def growth_cases(draw):
 
 @host_clause
 @LEDGER
-@given(case=growth_cases(), sinks=LAYERS)
-@example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]), sinks=False)
-def test_host_path_device_work_does_not_grow_with_n(subject, device, case, sinks):
+@given(case=growth_cases(), layer=LAYERS)
+@example(case=(1, sizes.MAX_NUM_SEQS, 2048, [1 + i % 4096 for i in range(sizes.MAX_NUM_SEQS)]), layer=NO_SINKS)
+def test_host_path_device_work_does_not_grow_with_n(subject, device, case, layer):
     """Two fresh builders, two steps each of the same size (growth, then a steady step): the ledgers
     of the n = a and the n = b program (b up to max_num_seqs; the builder as large as the larger step)
     are the same operations."""
@@ -171,7 +175,7 @@ def test_host_path_device_work_does_not_grow_with_n(subject, device, case, sinks
 
     def program(k):
         batch = pure_decode_of(values[:k])
-        return run(subject, device, [batch, batch], topk, m=builder_m([pure_decode_of(values)]), sinks=sinks)
+        return run(subject, device, [batch, batch], topk, m=builder_m([pure_decode_of(values)]), layer=layer)
 
     small, large = program(a), program(b)
     for one, other in zip(small, large, strict=True):
@@ -237,17 +241,17 @@ def pure_decode_of(seq_lens):
 
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
-def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk, sinks):
+def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, batches, topk, layer):
     """Where pinned memory exists (a machine without it can pin nothing, and a non-blocking copy
     from pageable memory there is the only copy there is)."""
-    for s in run(subject, device, batches, topk, sinks=sinks):
+    for s in run(subject, device, batches, topk, layer=layer):
         if s.result.path == "device":
             check(contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources")
 
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
-def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk, sinks):
-    for s in run(subject, device, batches, topk, sinks=sinks):
+def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk, layer):
+    for s in run(subject, device, batches, topk, layer=layer):
         if s.result.path == "device":
             check(
                 contract.device_no_unallowed_sync(s.shared),
@@ -257,11 +261,22 @@ def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches
             )
 
 
+# The persistent work metadata's clauses: programs on the layers for which vLLM's ROCm builder keeps it, the
+# pinned ones on the subject's model and on DeepSeek V3's 128 heads at TP 1 on an fp8 cache.
+on_work_metadata_programs = on_programs(
+    DEVICE_PATH,
+    PERSISTENT_BUFFERS,
+    pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED],
+    layers=WORK_METADATA_LAYERS,
+    pinned_layers=WORK_METADATA_LAYERS[:2],
+)
+
+
 @functools.cache
 def keeps_persistent_work_metadata(subject, device) -> bool:
     """Whether ``subject`` keeps persistent work metadata for a layer without sinks (AITER's, in vLLM's ROCm
     builder): asked once of one decode step."""
-    (probe,) = run_program(subject, device, [pure_decode_of([5])], m=M, topk=2, sinks=False)
+    (probe,) = run_program(subject, device, [pure_decode_of([5])], m=M, topk=2, layer=NO_SINKS)
     return probe.persistent
 
 
@@ -273,28 +288,28 @@ def require_persistent_work_metadata(subject, device) -> None:
         )
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], layers=(False,))
+@on_work_metadata_programs
 def test_a_persistent_work_metadata_rebuild_is_synchronised_before_the_step_returns(
-    subject, device, batches, topk, sinks
+    subject, device, batches, topk, layer
 ):
     """A layer without sinks: every step that rebuilds AITER's persistent work metadata waits for the
     rebuild before it returns (vLLM issue 47196, PR 47404: CUDA-graph replays read it half-written), on
     both paths; its read back of ``seq_lens`` is inside ``gpu_sync_allowed`` (else the path clauses fail)."""
     require_persistent_work_metadata(subject, device)
-    for s in (s for s in run(subject, device, batches, topk, sinks=sinks) if s.persistent):
+    for s in (s for s in run(subject, device, batches, topk, layer=layer) if s.persistent):
         check(contract.rebuild_synced(s.ledger), s.ledger, "persistent rebuild", "a stream sync after the rebuild")
 
 
-@on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED], layers=(False,))
+@on_work_metadata_programs
 def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for_nothing(
-    subject, device, batches, topk, sinks
+    subject, device, batches, topk, layer
 ):
     """A layer without sinks: each step of the program run twice in a row; the second, on the very batch
     of the first, rebuilds nothing and synchronises nothing (its cache key is for that); the fresh
     metadata of every step is checked by the step itself (AITER's door stamps it)."""
     require_persistent_work_metadata(subject, device)
     doubled = [b for batch in batches for b in (batch, batch)]
-    steps = run(subject, device, doubled, topk, sinks=sinks)
+    steps = run(subject, device, doubled, topk, layer=layer)
     for s in (s for s in steps[1::2] if s.persistent):
         check(contract.no_rebuild_on_repeat(s.ledger), s.ledger, "persistent rebuild on a repeat", "none")
 
@@ -308,7 +323,7 @@ def test_a_context_growing_to_the_top_k_rebuilds_the_persistent_work_metadata(su
     survivor: build's ``np.minimum`` of the context lengths as ``np.maximum``)."""
     require_persistent_work_metadata(subject, device)
     batches = [make_batch([2, 2], [64, 64]), make_batch([2, 2], [65, 65])]
-    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, sinks=False)
+    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, layer=NO_SINKS)
     assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
     rebuilt = [op for op in steps[1].ledger.ops if op.kind == "launch" and op.what == contract.REBUILD]
     assert rebuilt, mismatch(steps[1].ledger, "no rebuild of the work metadata", "one get_mla_metadata_v1 launch")
@@ -323,31 +338,46 @@ def test_decode_steps_past_the_top_k_rebuild_no_persistent_work_metadata(subject
     the sequence lengths as ``np.maximum``)."""
     require_persistent_work_metadata(subject, device)
     batches = [pure_decode_of([69, 73]), pure_decode_of([70, 74])]
-    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, sinks=False)
+    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, layer=NO_SINKS)
     assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
     step = "a decode step past the top-k whose index ranges did not change"
     check(contract.no_rebuild_on_repeat(steps[1].ledger, step), steps[1].ledger, "persistent rebuild", "none")
 
 
+def test_a_rope_free_layer_builds_no_persistent_work_metadata_and_waits_for_nothing(subject, device):
+    """A rope-free layer without sinks on a bf16 cache (``ROPE_FREE``), decode steps that grow, keep, grow and
+    shrink: vLLM's ROCm backend sends them down its Triton sparse MLA route, which never reads AITER's work
+    metadata, so the release's builder builds none (its ``_use_rocm_sparse_triton``) and no step launches a
+    rebuild or waits for one (the function-scoped mutation run's survivor: build's ``not use_triton_sparse``
+    dropped, a metadata launch and a stream sync on every such step)."""
+    require_persistent_work_metadata(subject, device)
+    batches = grow_keep_grow_shrink()
+    steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=2, layer=ROPE_FREE)
+    assert not any(s.persistent for s in steps), "a step of a rope-free layer carried persistent work metadata"
+    for s in steps:
+        step = "a decode step of a rope-free layer (vLLM's Triton route)"
+        check(contract.no_rebuild_on_repeat(s.ledger, step), s.ledger, "persistent rebuild", "none")
+
+
 @host_clause
 @settings(LEDGER, suppress_health_check=[HealthCheck.function_scoped_fixture])  # record_property: one item
-@given(seq_lens=saving_seq_lens(), topk=topks, sinks=LAYERS)
-@example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048, sinks=False)
+@given(seq_lens=saving_seq_lens(), topk=topks, layer=LAYERS)
+@example(seq_lens=[1 + i % 4096 for i in range(512)], topk=2048, layer=NO_SINKS)
 def test_host_path_saves_the_claimed_launches_against_the_general_path(
-    subject, device, record_property, seq_lens, topk, sinks
+    subject, device, record_property, seq_lens, topk, layer
 ):
     """The same pure-decode step twice (growth, then a steady step): the host path's ledger against
     the general path's on the same batch: the release's device path where the run has the release
     beside it (``--baseline release``), else the subject's own device path (no pinned memory).
     Each distinct saving goes to the run summary under the test."""
     batch = pure_decode_of(seq_lens)
-    host = run(subject, device, [batch, batch], topk, sinks=sinks)
+    host = run(subject, device, [batch, batch], topk, layer=layer)
     if isinstance(subject, WithBaseline):
         against = "the release's device path"
-        general = run_program(subject.baseline, device, [batch, batch], m=builder_m([batch]), topk=topk, sinks=sinks)
+        general = run_program(subject.baseline, device, [batch, batch], m=builder_m([batch]), topk=topk, layer=layer)
     else:
         against = "its own device path (no pinned memory)"
-        general = run(subject, device, [batch, batch], topk, pin_memory=False, sinks=sinks)
+        general = run(subject, device, [batch, batch], topk, pin_memory=False, layer=layer)
     for h, g in zip(host, general, strict=True):
         saved = contract.saving(h.shared, g.shared)
         label = "growing" if h.index == 0 else "steady"

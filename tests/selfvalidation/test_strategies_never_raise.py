@@ -47,6 +47,8 @@ DOMAINS = {
     "no padded rows": ForwardDomain(padded_rows=False),
     # a backend that serves layers with attention sinks (vLLM's ROCm backend on an MI3xx)
     "with sinks": ForwardDomain(sinks=True),
+    # a backend whose kernels take multiples of 16 heads only (no padding): few of the drawn counts
+    "16-aligned heads only": ForwardDomain(serves_heads=lambda heads: heads % 16 == 0),
 }
 
 
