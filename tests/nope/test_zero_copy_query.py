@@ -89,11 +89,19 @@ LONG = case(sizes.LONG_FORWARD, sizes.LONG_FORWARD, 12, 8, BF16, BF16, num_slots
 WIDE = case(2, 2, 128, 512, BF16, BF16, index_topk=2048, topk=2048, num_slots=2050, min_keys=2048, seed=8)
 KPOOL = case(4, 3, 24, 16, BF16, BF16, index_topk=2048, index_kpool=128, topk=2048, num_slots=2100, seed=9)
 PINNED += [LONG, WIDE, KPOOL]
+# DeepSeek V3.2's own layer at TP 8 (bf16, a 512 latent with a 64 rope part: vLLM assembles the query with its
+# concat_mla_q, stood in on CPU with the op's checks), and the same with attention sinks on 24, 48 and 192 heads
+# a rank: AITER's bf16 return-LSE decode has kernels for 16, 32, 64 and 128 heads, so vLLM pads 24 to 32 and 48
+# to 64, and sends 192 (more than 128) to its Triton kernel instead.
+PINNED.append(case(4, 3, 16, 512, BF16, BF16, rope=64, seed=10))
+PINNED.append(case(2, 2, 24, 512, BF16, BF16, rope=64, sink_base=0.0, min_keys=1, seed=11))
+PINNED.append(case(2, 2, 48, 512, BF16, BF16, rope=64, sink_base=4.0, min_keys=1, seed=12))
+PINNED.append(case(2, 2, 192, 512, BF16, BF16, rope=64, sink_base=-3.0, min_keys=1, seed=13))
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
-    # A layer with attention sinks on an fp8 cache with a rope part: on CPU the one route to AITER's return-LSE
-    # decode and vLLM's sink merge (a bf16 rope layer needs concat_mla_q's CUDA kernel; fp16 takes the Triton
-    # kernel); neighbouring heads' sinks differ (case_sinks), so a sink merged onto another head shows.
+    # A layer with attention sinks on an fp8 cache with a rope part (AITER's fp8 return-LSE decode and vLLM's sink
+    # merge; fp16 takes the Triton kernel); neighbouring heads' sinks differ (case_sinks), so a sink merged onto
+    # another head shows.
     PINNED.append(case(4, 3, 4, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=1))
     # The same on 32, 48 and 128 heads a rank: AITER's fp8 return-LSE decode has kernels for 16 and 128 heads
     # only, so vLLM pads 32 and 48 to 128 and takes back every fourth head (32) or the first 48 (not a divisor).
@@ -402,22 +410,21 @@ def test_output_matches_the_reference_forward(c, subject, device):
 
 
 # The pinned sink layers again, drawn under every profile: the mutants profile runs no @example, and its few
-# generated examples rarely draw a sink layer that reaches vLLM's sink merge on CPU (an fp8 cache with a rope
-# part), let alone AITER's head buckets at 32 and 48 heads (docs/mutation-function-scope.md).
+# generated examples rarely draw a sink layer at a head count where vLLM's route changes (AITER's head buckets,
+# its Triton fallback past 128 heads; docs/mutation-function-scope.md).
 SINK_LAYERS = [c for c in PINNED if c.sink_base is not None]
 
 
 @pytest.mark.checks(NOPE_ZERO_COPY)
 @pytest.mark.needs(NOPE_FORWARD)
-@settings(max_examples=4 * len(SINK_LAYERS) or 1)
-@given(c=st.sampled_from(SINK_LAYERS) if SINK_LAYERS else st.none())
+@settings(max_examples=4 * len(SINK_LAYERS))
+@given(c=st.sampled_from(SINK_LAYERS))
 def test_sink_layers_match_the_reference_forward(c, subject, device):
-    """Each pinned layer with attention sinks (4, 32, 48 and 128 heads a rank on an fp8 cache), generated: the
-    output is close to the reference forward with the layer's sinks (``oracles.nope.FORWARD_TOLERANCES``).  A
-    layer the subject does not serve here is not applicable (an event, never a check): with four draws, every
-    one refused would leave hypothesis nothing to run, which is the other properties' to judge."""
-    if c is None:
-        pytest.skip("not applicable: no fp8 dtype here, so no sink layer reaches the sink merge on CPU")
+    """Each pinned layer with attention sinks (bf16 with a 64 rope part on 24, 48 and 192 heads a rank; on an fp8
+    cache 4, 32, 48 and 128 heads), generated: the output is close to the reference forward with the layer's
+    sinks (``oracles.nope.FORWARD_TOLERANCES``).  A layer the subject does not serve here is not applicable (an
+    event, never a check): with these draws, every one refused would leave hypothesis nothing to run, which is
+    the other properties' to judge."""
     if not forward_domain(subject).sinks:
         pytest.skip("not applicable: the subject serves no layer with attention sinks (its forward_domain)")
     try:
@@ -445,6 +452,27 @@ def test_output_equals_the_release_forward(c, subject, release, device):
     """With ``--baseline release``, what the vLLM release's ``forward_mqa`` gives: the query values and the step
     it hands downstream, and its output for every token with keys, bit for bit (a token without keys: its row
     is unspecified downstream, AITER's split reduction leaves NaN)."""
+    check_equals_the_release(c, subject, release, device)
+
+
+# The pinned sink layers against the release, drawn under every profile (as for the reference above): vLLM's
+# sink merge and head buckets on AITER's return-LSE decode, its Triton kernel past 128 heads.
+@pytest.mark.checks(NOPE_ZERO_COPY)
+@pytest.mark.needs(NOPE_FORWARD)
+@settings(max_examples=4 * len(SINK_LAYERS))
+@given(c=st.sampled_from(SINK_LAYERS))
+def test_sink_layers_equal_the_release_forward(c, subject, release, device):
+    """Each pinned layer with attention sinks, generated: :func:`test_output_equals_the_release_forward`'s
+    checks (the query, the step, the output bit for bit)."""
+    if not forward_domain(subject).sinks:
+        pytest.skip("not applicable: the subject serves no layer with attention sinks (its forward_domain)")
+    try:
+        check_equals_the_release(c, subject, release, device)
+    except UnsatisfiedAssumption:  # a layer not applicable here, as its event says
+        return
+
+
+def check_equals_the_release(c, subject, release, device) -> None:
     # the same values as the subject's (drawn from the case's seed); the release's own call is enough
     released = forward_calls(c, release, device, twin=False)
     if not released:

@@ -427,15 +427,24 @@ def test_head_padding_is_undone_to_the_very_query_vllm_assembled(vllm_subject, d
     assert run.call.q.data_ptr() == handed.data_ptr() and tuple(run.call.q.shape) == (3, heads, 8)
 
 
-def test_bf16_copy_with_rope_is_not_applicable_on_cpu(vllm_subject, device):
-    """vLLM calls its concat_mla_q kernel there; on CPU that is reported, never faked."""
-    if vllm_subject.mode != "cpu":
-        pytest.skip("on ROCm concat_mla_q runs")
+def test_bf16_copy_with_rope_goes_through_concat_mla_q_and_its_checks(vllm_subject, device):
+    """vLLM assembles a bf16 query with a rope part with its concat_mla_q kernel: a layer shape the op refuses
+    (a latent of 8) is not applicable, as on ROCm; DeepSeek V3.2's (512 + 64) is assembled (on CPU by the stand-in, with
+    the op's checks) into q_concat_buffer and handed downstream."""
     c = forward_case(rope=4)
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
-    with pytest.raises(ForwardNotApplicable, match="concat_mla_q"):
+    with pytest.raises(
+        ForwardNotApplicable, match="concat_mla_q refuses this layer shape: nope_dim must be a multiple of 512"
+    ):
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    deepseek = forward_case(lora=512, rope=64)
+    config, forward = new_forward(vllm_subject, deepseek, device)
+    inputs = build_inputs(deepseek, device)
+    run = run_forward(config, forward, inputs.ql_nope, inputs)
+    assert forward.path_of(forward.handed[-1], inputs.ql_nope) == "copy"
+    q = run.call.q
+    assert torch.equal(q[..., :512], inputs.ql_nope) and torch.equal(q[..., 512:], inputs.q_pe)
     fp16 = forward_case(rope=4, model=torch.float16)  # torch.cat: runs for real
     config, forward = new_forward(vllm_subject, fp16, device)
     inputs = build_inputs(fp16, device)
