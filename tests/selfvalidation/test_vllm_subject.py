@@ -494,6 +494,25 @@ def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subjec
     assert_seen_on(finding, vllm_subject.version)
 
 
+def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subject, device):
+    """Finding, pinned: a bf16 layer with a rope part handed an fp16 ql_nope (the MQA bmm output not in the model
+    dtype) calls concat_mla_q with ql_nope fp16 and q_concat_buffer bf16, which its kernel reads and writes as
+    fp16 (on CPU its stand-in says so; on ROCm the buffer holds raw fp16 bits).  Where vLLM converts first, this
+    test fails: drop it and its entry in docs/findings.md."""
+    c = forward_case(m=4, t=2, lora=512, rope=64, ql_dtype=torch.float16)
+    config, forward = new_forward(vllm_subject, c, device)
+    if device.type != "cpu":
+        pytest.skip("not applicable: on a GPU the op's own kernel runs (garbage, not an error)")
+    inputs = build_inputs(c, device)
+    with pytest.raises(AssertionError, match=r"concat_mla_q breaking what its kernel assumes") as info:
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    finding = match_forward_finding(
+        vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype, ql_dtype=torch.float16
+    )
+    assert finding is not None and finding.key == "concat-mla-q-mixed-dtype"
+    assert_seen_on(finding, vllm_subject.version)
+
+
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
     zero_copy = has_nope_zero_copy(getattr(vllm_subject.backend, IMPL))
     assert (NOPE_ZERO_COPY in vllm_subject.capabilities) == zero_copy
