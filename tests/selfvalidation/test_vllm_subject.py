@@ -474,24 +474,31 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     assert_seen_on(finding, vllm_subject.version)
 
 
+def reproduce_forward_finding(vllm_subject, device, c, raised: str, key: str, on_gpu: str) -> BaseException:
+    """``c``'s forward on CPU raises ``raised`` (a regex), naming vLLM's file, and that is the known finding
+    ``key``, listed for the installed release; on a GPU the real kernel runs (``on_gpu``: what it does there)."""
+    config, forward = new_forward(vllm_subject, c, device)
+    if device.type != "cpu":
+        pytest.skip(f"not applicable: on a GPU {on_gpu}")
+    inputs = build_inputs(c, device)
+    with pytest.raises(AssertionError, match=raised) as info:
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    assert "rocm_aiter_mla_sparse.py" in str(info.value), "the failure names vLLM's line that made the call"
+    inputs = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype)
+    finding = match_forward_finding(vllm_subject, info.value, **inputs, ql_dtype=c.ql_dtype)
+    assert finding is not None and finding.key == key, f"{info.value} is not the finding {key}"
+    assert_seen_on(finding, vllm_subject.version)
+    return info.value
+
+
 def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subject, device):
     """Finding, pinned: an fp16 layer with a rope part and no attention sinks reaches AITER's ASM decode with an
     fp16 query through vLLM's own _forward_mla and torch op; AITER has no fp16 kernel (the door's precondition,
     cited from AITER's asm_mla.cu).  Where vLLM routes fp16 elsewhere, this test fails: drop it and its entry in
     docs/findings.md."""
     c = forward_case(m=4, t=2, lora=512, rope=64, model=torch.float16)
-    config, forward = new_forward(vllm_subject, c, device)
-    if device.type != "cpu":
-        pytest.skip("not applicable: on a GPU AITER's own decode runs (a ROCm runner)")
-    inputs = build_inputs(c, device)
-    with pytest.raises(AssertionError, match=r"mla_decode_fwd arguments it rejects: q and kv_buffer") as info:
-        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
-    assert "rocm_aiter_mla_sparse.py" in str(info.value), "the failure names vLLM's line that called AITER"
-    finding = match_forward_finding(
-        vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype
-    )
-    assert finding.key == "aiter-decode-fp16-query"
-    assert_seen_on(finding, vllm_subject.version)
+    raised = r"mla_decode_fwd arguments it rejects: q and kv_buffer"
+    reproduce_forward_finding(vllm_subject, device, c, raised, "aiter-decode-fp16-query", "AITER's own decode runs")
 
 
 def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subject, device):
@@ -500,17 +507,9 @@ def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subj
     fp16 (on CPU its stand-in says so; on ROCm the buffer holds raw fp16 bits).  Where vLLM converts first, this
     test fails: drop it and its entry in docs/findings.md."""
     c = forward_case(m=4, t=2, lora=512, rope=64, ql_dtype=torch.float16)
-    config, forward = new_forward(vllm_subject, c, device)
-    if device.type != "cpu":
-        pytest.skip("not applicable: on a GPU the op's own kernel runs (garbage, not an error)")
-    inputs = build_inputs(c, device)
-    with pytest.raises(AssertionError, match=r"concat_mla_q breaking what its kernel assumes") as info:
-        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
-    finding = match_forward_finding(
-        vllm_subject, info.value, kv_cache_dtype="auto", num_tokens=2, model_dtype=c.model_dtype, ql_dtype=torch.float16
-    )
-    assert finding is not None and finding.key == "concat-mla-q-mixed-dtype"
-    assert_seen_on(finding, vllm_subject.version)
+    raised = r"concat_mla_q at \S+ breaking what its kernel assumes"
+    on_gpu = "the op's own kernel runs (garbage in the buffer, not an error)"
+    reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu)
 
 
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
