@@ -46,12 +46,18 @@ def test_the_ops_own_checks_raise_as_the_op_does(kw, message):
     assert shape_refusal == ("nope" in kw or "rope" in kw), "only a layer shape the op refuses is not applicable"
 
 
-def test_a_layout_the_op_checks_fails():
+def test_a_layout_the_op_checks_fails_and_only_a_strided_ql_nope_is_a_refusal():
+    """A strided ql_nope the op refuses loudly (not applicable: vLLM's MQA bmm never hands one); a q_out of the
+    wrong width or a strided q_pe is vLLM's own bug."""
     ql, pe, out = parts()
-    with pytest.raises(RuntimeError, match="ql_nope must have stride 1 in dim 2"):
-        concat_mla_q_on_cpu(ql.transpose(1, 2).contiguous().transpose(1, 2), pe, out)
-    with pytest.raises(RuntimeError, match="q_out.size"):
-        concat_mla_q_on_cpu(ql, pe, out[..., :-1])
+    for bad, message in (
+        ((ql.transpose(1, 2).contiguous().transpose(1, 2), pe, out), "ql_nope must have stride 1 in dim 2"),
+        ((ql, pe.transpose(1, 2).contiguous().transpose(1, 2), out), "q_pe must have stride 1 in dim 2"),
+        ((ql, pe, out[..., :-1]), "q_out.size"),
+    ):
+        with pytest.raises(RuntimeError, match=message) as info:
+            concat_mla_q_on_cpu(*bad)
+        assert bool(CONCAT_MLA_Q_SHAPE_ERRORS.search(str(info.value))) == message.startswith("ql_nope")
 
 
 @pytest.mark.parametrize(

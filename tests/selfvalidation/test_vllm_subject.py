@@ -435,7 +435,8 @@ def test_bf16_copy_with_rope_goes_through_concat_mla_q_and_its_checks(vllm_subje
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
     with pytest.raises(
-        ForwardNotApplicable, match="concat_mla_q refuses this layer shape: nope_dim must be a multiple of 512"
+        ForwardNotApplicable,
+        match="concat_mla_q refuses this layer shape or query layout: nope_dim must be a multiple of 512",
     ):
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
     deepseek = forward_case(lora=512, rope=64)
