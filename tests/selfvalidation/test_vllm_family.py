@@ -46,6 +46,7 @@ from fixtures.subjects.vllm.loading.imports import installed_module_file, instal
 from fixtures.subjects.vllm.siblings import NotASiblingHere, SiblingSubject
 from fixtures.subjects.vllm_flashinfer_sparse.findings import BF16_OUTPUT
 from fixtures.subjects.vllm_flashmla_sparse.findings import EMPTY_BATCH
+from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BACKEND
 from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
 from oracles import device_work as contract
@@ -81,6 +82,19 @@ def test_each_sibling_is_one_folder_of_its_own_plus_its_registration():
     ]
     named = {str(p.relative_to(ROOT)): [f for f in folders | set(SIBLINGS) if f in p.read_text()] for p in outside}
     assert not {p: f for p, f in named.items() if f}, "a module outside fixtures/subjects names a sibling"
+
+
+def test_the_shared_vllm_driver_names_no_backend_module():
+    """``fixtures/subjects/vllm/`` is every vLLM subject's driver: no module of it names a backend module that a
+    subject drives (ROCm's, a sibling's); each subject's folder does."""
+    classes = [getattr(importlib.import_module(t.split(":")[0]), t.split(":")[1]) for t in KNOWN_SUBJECTS.values()]
+    modules = {BACKEND} | {cls.module for cls in classes if isinstance(getattr(cls, "module", None), str)}
+    assert len(modules) >= 4, modules
+    named = {
+        str(path.relative_to(ROOT)): sorted(m for m in modules if m.rsplit(".", 1)[1] in path.read_text())
+        for path in (ROOT / "fixtures" / "subjects" / "vllm").rglob("*.py")
+    }
+    assert not {p: m for p, m in named.items() if m}, "the shared vLLM driver names a backend module"
 
 
 def test_a_sibling_subject_is_a_few_declarations():
