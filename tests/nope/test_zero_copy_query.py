@@ -90,13 +90,16 @@ WIDE = case(2, 2, 128, 512, BF16, BF16, index_topk=2048, topk=2048, num_slots=20
 KPOOL = case(4, 3, 24, 16, BF16, BF16, index_topk=2048, index_kpool=128, topk=2048, num_slots=2100, seed=9)
 PINNED += [LONG, WIDE, KPOOL]
 # DeepSeek V3.2's own layer at TP 8 (bf16, a 512 latent with a 64 rope part: vLLM assembles the query with its
-# concat_mla_q, stood in on CPU with the op's checks), and the same with attention sinks on 24, 48 and 192 heads
-# a rank: AITER's bf16 return-LSE decode has kernels for 16, 32, 64 and 128 heads, so vLLM pads 24 to 32 and 48
-# to 64, and sends 192 (more than 128) to its Triton kernel instead.
+# concat_mla_q, stood in on CPU with the op's checks).
 PINNED.append(case(4, 3, 16, 512, BF16, BF16, rope=64, seed=10))
-PINNED.append(case(2, 2, 24, 512, BF16, BF16, rope=64, sink_base=0.0, min_keys=1, seed=11))
-PINNED.append(case(2, 2, 48, 512, BF16, BF16, rope=64, sink_base=4.0, min_keys=1, seed=12))
-PINNED.append(case(2, 2, 192, 512, BF16, BF16, rope=64, sink_base=-3.0, min_keys=1, seed=13))
+# The same with attention sinks on 24, 48 and 192 heads a rank, for the sink properties alone (SINK_LAYERS): AITER's
+# bf16 return-LSE decode has kernels for 16, 32, 64 and 128 heads, so vLLM pads 24 to 32 and 48 to 64, and sends
+# 192 (more than 128) to its Triton kernel instead.
+BF16_SINK_LAYERS = [
+    case(2, 2, 24, 512, BF16, BF16, rope=64, sink_base=0.0, min_keys=1, seed=11),
+    case(2, 2, 48, 512, BF16, BF16, rope=64, sink_base=4.0, min_keys=1, seed=12),
+    case(2, 2, 192, 512, BF16, BF16, rope=64, sink_base=-3.0, min_keys=1, seed=13),
+]
 if FP8_DTYPE is not None:
     PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
     # A layer with attention sinks on an fp8 cache with a rope part (AITER's fp8 return-LSE decode and vLLM's sink
@@ -412,7 +415,7 @@ def test_output_matches_the_reference_forward(c, subject, device):
 # The pinned sink layers again, drawn under every profile: the mutants profile runs no @example, and its few
 # generated examples rarely draw a sink layer at a head count where vLLM's route changes (AITER's head buckets,
 # its Triton fallback past 128 heads; docs/mutation-function-scope.md).
-SINK_LAYERS = [c for c in PINNED if c.sink_base is not None]
+SINK_LAYERS = BF16_SINK_LAYERS + [c for c in PINNED if c.sink_base is not None]
 
 
 @pytest.mark.checks(NOPE_ZERO_COPY)

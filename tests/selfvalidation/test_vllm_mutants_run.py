@@ -102,6 +102,32 @@ def test_a_process_killed_by_a_signal_inside_a_test_is_a_kill_else_an_error(tmp_
     assert classify(-9, tmp_path / "missing.json", log, timeout=9)["status"] == "error"
 
 
+def test_a_process_killed_by_a_signal_after_a_property_failed_is_a_kill_by_that_property(tmp_path):
+    """A run whose property failed on the mutant, then died by a signal outside any test (at exit: the Triton
+    interpreter's out-of-bounds reads leave garbage behind, as CI saw with ``build:L675:shift_index:2``): the
+    records written after each test decide, the crash noted; with no property failed it stays an error."""
+    record = tmp_path / "r.json"
+    for outcome, status in (("failed", "killed"), ("passed", "error")):
+        rec = {"outcomes": {"call": outcome}, "skip_reason": None, "calls": 2, "seconds_to_first_failure": 0.5}
+        rec.update(first_failure_call=2 if outcome == "failed" else None, falsifying=[], reproducer=True)
+        rec.update(hypothesis=True, seconds=1.0)
+        record.write_text(json.dumps({"exitstatus": None, "tests": {"tests/a.py::test_p": rec}}))
+        verdict = classify(-11, record, tmp_path / "log", timeout=9)
+        assert verdict["status"] == status, verdict
+    killed = classify(-11, record.with_name("none.json"), tmp_path / "log", timeout=9)
+    assert killed["status"] == "error", "no records and no dump: no verdict"
+    record.write_text(
+        json.dumps(
+            {
+                "exitstatus": None,
+                "tests": {"tests/a.py::test_p": {**rec, "outcomes": {"call": "failed"}, "first_failure_call": 2}},
+            }
+        )
+    )
+    verdict = classify(-11, record, tmp_path / "log", timeout=9)
+    assert verdict["killed_by"] == "tests/a.py::test_p" and verdict["crash"] == "SIGSEGV, after the kill"
+
+
 def test_the_kill_matrix_plugin_records_what_classify_reads(tmp_path):
     """One real pytest process with the plugin: a hypothesis property that fails on its 1st example."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")

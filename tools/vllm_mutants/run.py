@@ -122,6 +122,7 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
         return {"status": "timeout", "detail": f"no verdict within {timeout} s (see {log})"}
     if returncode in (2, 3, 4):
         return {"status": "not_loadable", "detail": f"pytest exited {returncode}: {_log_tail(log)}"}
+    died_after = False
     if returncode < 0:
         crashed_in = crashed_test(record, log)
         if crashed_in:
@@ -135,10 +136,11 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
                 "seconds_to_kill": None,
                 "pinned": False,
             }
+        died_after = record.exists()  # outside any test: the records of the tests run before decide
     if returncode == EXIT_SUITE_ERROR:
         # The suite could not drive the mutant (its own limit): neither killed nor survived.
         return {"status": "error", "detail": f"suite error (exit {returncode}): {_log_tail(log)}"}
-    if returncode not in (0, 1) or not record.exists():
+    if (returncode not in (0, 1) and not died_after) or not record.exists():
         return {"status": "error", "detail": f"exited {returncode} without per-test records (see {log})"}
     tests = json.loads(record.read_text())["tests"]
     props = property_verdicts(tests)
@@ -148,7 +150,11 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
     na = sorted(p for p, v in props.items() if v["verdict"] == NA)
     if killers:
         v = props[killers[0]]
+        # A process that died by a signal after a property failed on the mutant (at teardown or exit: the
+        # interpreter's out-of-bounds reads leave garbage behind) was killed by that property all the same.
+        crash = {"crash": f"{signal_name(-returncode)}, after the kill"} if died_after else {}
         return {
+            **crash,
             "status": "killed",
             "killed_by": killers[0],
             "examples": v["examples"],
@@ -157,6 +163,8 @@ def classify(returncode, record: Path, log: Path, timeout: float) -> dict:
             "passed": passed,
             "not_applicable": na,
         }
+    if died_after:  # died by a signal outside any test, and no property failed: no verdict
+        return {"status": "error", "detail": f"exited {returncode} outside a test, no property failed (see {log})"}
     if errored:  # the suite's own error in a property, and no kill: neither killed nor survived
         return {"status": "error", "detail": f"suite error in {', '.join(errored)} (see {log})", "not_applicable": na}
     if (
