@@ -60,6 +60,16 @@ def test_a_layout_the_op_checks_fails_and_only_a_strided_ql_nope_is_a_refusal():
         assert bool(CONCAT_MLA_Q_SHAPE_ERRORS.search(str(info.value))) == message.startswith("ql_nope")
 
 
+def test_without_tokens_only_the_ops_own_checks_apply():
+    """The op returns after its checks when there are no tokens: its kernel reads nothing, so what it assumes
+    of its arguments cannot be broken (the mutants profile's control drew an fp16 ql_nope of 0 tokens)."""
+    ql, pe, out = parts(tokens=0)
+    concat_mla_q_on_cpu(ql.half(), pe, out)
+    assert not out.any()
+    with pytest.raises(RuntimeError, match="rope_dim must be 64"):
+        concat_mla_q_on_cpu(*parts(tokens=0, rope=32))
+
+
 @pytest.mark.parametrize(
     "broken, assumption",
     [
