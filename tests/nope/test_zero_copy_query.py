@@ -41,12 +41,15 @@ from fixtures.harness.forward import (
     ForwardRun,
     assert_handed_metadata,
     copy_dtype,
+    expected_path,
     new_forward,
     pass_over_path_finding,
     run_forward,
+    with_keys,
 )
 from fixtures.inputs import sizes
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, case_sinks, forward_cases, lay_out
+from fixtures.inputs.pinned_forwards import PINNED, SINK_LAYERS
 from fixtures.inputs.strategies import pinned
 from fixtures.models.runtime import is_sentinel
 from fixtures.models.tensors import same_place, same_storage, storage_bytes
@@ -54,78 +57,6 @@ from fixtures.protocol import NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable
 from oracles import nope as oracle
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-
-
-def case(m, t, h, lora, model, ql, **kw):
-    kw.setdefault("num_actual_tokens", t)
-    return ForwardCase(m, t, num_heads=h, kv_lora_rank=lora, qk_rope_head_dim=kw.pop("rope", 0), model_dtype=model,
-                       ql_dtype=ql, **kw)  # fmt: skip
-
-
-# The model's own shape, empty and one-token batches, padding, every layout
-# kind, a dtype mismatch, a rope dim, an fp8 cache and odd storage offsets.
-PINNED = [
-    case(4, 4, 128, 512, BF16, BF16),
-    case(4, 3, 128, 512, BF16, BF16, layout="bmm_transposed", seed=1),
-    case(3, 0, 16, 8, BF16, BF16),
-    case(1, 0, 16, 512, BF16, FP16),  # empty copy path: the empty query's data_ptr is 0
-    case(3, 0, 16, 8, BF16, BF16, layout="expand_tokens"),  # nothing to expand from
-    case(1, 1, 1, 4, FP16, FP16, layout="lora_slice"),
-    case(5, 5, 3, 8, BF16, BF16, num_actual_tokens=2, layout="row_slice", offset=7),
-    case(6, 2, 5, 3, FP16, FP16, layout="contiguous", offset=1),
-    case(4, 3, 2, 4, BF16, FP32),
-    case(4, 3, 2, 4, FP16, BF16),
-    case(4, 3, 16, 8, BF16, BF16, rope=4),
-    case(4, 4, 7, 16, BF16, BF16, layout="expand_tokens"),
-    case(4, 2, 7, 16, FP16, FP16, layout="expand_heads", offset=3),
-    case(4, 2, 3, 8, BF16, BF16, layout="head_slice"),
-    case(4, 2, 3, 8, BF16, BF16, layout="last_stride_2"),
-]
-# Forwards as vLLM runs them, every forward property each run (the long one's calls shared by the properties
-# of a process, forward_calls): a thousand tokens on 12 heads a rank (96 heads over TP 8, not a divisor of 16);
-# two tokens attending all 2048 keys of DeepSeek V3.2's top-k on its own layer (every remap column tile);
-# GLM's key pool widening a 2048 top-k's buffer (fit_kpool_indices_to_aiter), 24 heads a rank.
-LONG = case(sizes.LONG_FORWARD, sizes.LONG_FORWARD, 12, 8, BF16, BF16, num_slots=16, topk=4, seed=7)
-WIDE = case(2, 2, 128, 512, BF16, BF16, index_topk=2048, topk=2048, num_slots=2050, min_keys=2048, seed=8)
-KPOOL = case(4, 3, 24, 16, BF16, BF16, index_topk=2048, index_kpool=128, topk=2048, num_slots=2100, seed=9)
-PINNED += [LONG, WIDE, KPOOL]
-# DeepSeek V3.2's own layer at TP 8 (bf16, a 512 latent with a 64 rope part: vLLM assembles the query with its
-# concat_mla_q, stood in on CPU with the op's checks).
-PINNED.append(case(4, 3, 16, 512, BF16, BF16, rope=64, seed=10))
-# The same with attention sinks on 24, 48 and 192 heads a rank, for the sink properties alone (SINK_LAYERS): AITER's
-# bf16 return-LSE decode has kernels for 16, 32, 64 and 128 heads, so vLLM pads 24 to 32 and 48 to 64, and sends
-# 192 (more than 128) to its Triton kernel instead.
-BF16_SINK_LAYERS = [
-    case(2, 2, 24, 512, BF16, BF16, rope=64, sink_base=0.0, min_keys=1, seed=11),
-    case(2, 2, 48, 512, BF16, BF16, rope=64, sink_base=4.0, min_keys=1, seed=12),
-    case(2, 2, 192, 512, BF16, BF16, rope=64, sink_base=-3.0, min_keys=1, seed=13),
-]
-if FP8_DTYPE is not None:
-    PINNED.append(case(4, 3, 16, 8, BF16, BF16, kv_cache_dtype="fp8", q_scale=0.5, kv_scale=0.25))
-    # A layer with attention sinks on an fp8 cache with a rope part (AITER's fp8 return-LSE decode and vLLM's sink
-    # merge; fp16 takes the Triton kernel); neighbouring heads' sinks differ (case_sinks), so a sink merged onto
-    # another head shows.
-    PINNED.append(case(4, 3, 4, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=1))
-    # The same on 32, 48 and 128 heads a rank: AITER's fp8 return-LSE decode has kernels for 16 and 128 heads
-    # only, so vLLM pads 32 and 48 to 128 and takes back every fourth head (32) or the first 48 (not a divisor).
-    PINNED.append(case(2, 2, 32, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=4.0, min_keys=1, seed=2))
-    PINNED.append(case(2, 2, 48, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=-3.0, min_keys=1, seed=3))
-    PINNED.append(case(2, 2, 128, 8, BF16, BF16, rope=4, kv_cache_dtype="fp8", sink_base=0.0, min_keys=1, seed=4))
-    # vLLM 0.33.0's fp8 branch raises on an empty batch: a known finding (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py).
-    PINNED.append(case(1, 0, 16, 512, BF16, BF16, kv_cache_dtype="fp8"))
-
-
-def expected_path(c: ForwardCase, ql: torch.Tensor, dtype: torch.dtype, subject) -> str:
-    """The legality oracle's branch for ``ql``; ``dtype``: the copy path's query's."""
-    return oracle.expected_forward_path(
-        qk_rope_head_dim=c.qk_rope_head_dim,
-        ql_sizes=ql.shape,
-        ql_strides=ql.stride(),
-        ql_dtype=ql.dtype,
-        copy_dtype=dtype,
-        fp8_cache=c.kv_cache_dtype == "fp8",
-        has_zero_copy=NOPE_ZERO_COPY in subject.capabilities,
-    )
 
 
 def oracle_query(c: ForwardCase, values: torch.Tensor, q_pe: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -397,12 +328,6 @@ def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torc
     )
 
 
-def with_keys(metadata) -> torch.Tensor:
-    """Which of the step's live tokens attend at least one key (the others' output rows are unspecified)."""
-    n = metadata.num_actual_tokens
-    return (metadata.paged_kv_indptr[1 : n + 1] > metadata.paged_kv_indptr[:n]).cpu()
-
-
 @nope_property()
 @given(c=forward_cases())
 def test_output_matches_the_reference_forward(c, subject, device):
@@ -410,12 +335,6 @@ def test_output_matches_the_reference_forward(c, subject, device):
     ``oracles.nope.FORWARD_TOLERANCES``."""
     for seen in forward_calls(c, subject, device):
         check_output_close(c, seen.inputs, seen.run.result.output, seen.query, subject)
-
-
-# The pinned sink layers again, drawn under every profile: the mutants profile runs no @example, and its few
-# generated examples rarely draw a sink layer at a head count where vLLM's route changes (AITER's head buckets,
-# its Triton fallback past 128 heads; docs/mutation-function-scope.md).
-SINK_LAYERS = BF16_SINK_LAYERS + [c for c in PINNED if c.sink_base is not None]
 
 
 @pytest.mark.checks(NOPE_ZERO_COPY)

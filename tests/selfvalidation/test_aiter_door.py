@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fixtures.protocol import NotApplicableHere
 from fixtures.subjects.vllm_rocm_aiter_sparse import aiter_door
 from fixtures.subjects.vllm_rocm_aiter_sparse.aiter_door import AiterRejects
 
@@ -96,3 +97,24 @@ def test_work_metadata_never_built_is_refused():
     q, kv, o, qo, kv_indptr, kv_indices, last = decode_args()
     with pytest.raises(AiterRejects, match="never built"):
         aiter_door.mla_decode_fwd(q, kv, o, qo, kv_indptr, kv_indices, last, 1, **persistent(work_buffers(3)))
+
+
+def test_on_an_mi300x_the_decode_reads_gfx942s_kernel_table_and_gfx950s_alone_is_not_applicable():
+    """On gfx942 a bf16 decode of 64 heads a query exists (its table's (64, any) row), of 8 heads and 2 queries
+    a batch not (gfx950's table has it); an fp8 query needs what the door holds of gfx950 only, so it is not
+    applicable there, never a rejection of vLLM's."""
+    eight_by_two = dict(q=torch.empty(4, 8, D, dtype=BF16), kv_buffer=torch.empty(4, 1, 1, D, dtype=BF16),
+                        max_seqlen_q=2)  # fmt: skip
+    assert aiter_door._decode_heads_ok(eight_by_two)
+    q, kv, o, qo, kv_indptr, kv_indices, last = decode_args()
+    with aiter_door.on_architecture("gfx942"):
+        assert aiter_door.current_arch() == "gfx942"
+        assert not aiter_door._decode_heads_ok(eight_by_two)
+        q64, kv64, o64, *rest = decode_args(heads=64)
+        aiter_door.mla_decode_fwd(q64, kv64, o64, *rest, 1)
+        with pytest.raises(NotApplicableHere, match="fp8 type and the persistent kernels of gfx950 only"):
+            aiter_door.mla_decode_fwd(q.to(aiter_door.FP8), kv.to(aiter_door.FP8), o, qo, kv_indptr, kv_indices,
+                                      last, 1, q_scale=torch.ones(1), kv_scale=torch.ones(1))  # fmt: skip
+    assert aiter_door.current_arch() == aiter_door.ARCH
+    with pytest.raises(ValueError, match="not 'gfx90a'"), aiter_door.on_architecture("gfx90a"):
+        pass

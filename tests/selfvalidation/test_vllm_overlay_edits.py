@@ -6,7 +6,8 @@ edit's properties (stateful and gating, or the NoPE forward's for the top-k
 remap) run against ``--subject vllm`` with that copy as the overlay, under the ``mutants`` profile (generated examples only, no
 pinned ones; an edit marked ``pinned``, which only a rare layer reaches on CPU, under ``ci``, its property's pinned
 example first), without shrinking, and without the release beside it
-(``--baseline none``): a property of the suite's own must fail.  Each run is a child of the fork server
+(``--baseline none``): a property of the suite's own must fail.  An edit caught against the change's base
+(its ``base``) is given the session's ``--vllm-base``.  Each run is a child of the fork server
 (``fixtures/plugin/forkserver.py``), which imported torch, triton and vLLM once
 for every edit this process runs.  Needs vLLM installed and ``--vllm-overlay``
 (``tox -e vllm`` passes both); otherwise not applicable.
@@ -44,11 +45,16 @@ def launcher(overlay, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(EDITS))
-def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, name):
+def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, name, pytestconfig):
     edited = write_edited_overlay(overlay, tmp_path / "overlay", name)
     args = [*EDITS[name].paths, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "_hypothesis_pytestplugin"]
     args += ["--subject=vllm", "-x", "-m", "verification", f"--vllm-overlay={edited}", "--baseline=none"]
     args += [f"--claim={cap}" for cap in EDITS[name].claims]
+    if EDITS[name].base:
+        base = pytestconfig.getoption("--vllm-base")
+        if not base:
+            pytest.skip(f"not applicable: edit {name!r} is caught against the change's base; no --vllm-base given")
+        args.append(f"--vllm-base={Path(pytestconfig.invocation_params.dir, base)}")
     log = tmp_path / "run.log"
     outcomes = []
     env = {**launcher.env, "HYPOTHESIS_PROFILE": "ci"} if EDITS[name].pinned else launcher.env  # pinned examples run

@@ -30,7 +30,17 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tools.vllm_mutants", description=PACKAGE_DOC.split("\n\n")[0])
     ap.add_argument("--vllm-overlay", type=Path, metavar="DIR", help="the change, in vLLM's layout")
     ap.add_argument(
-        "--base", type=Path, metavar="DIR", help="the change's base, in vLLM's layout (default: the installed vllm)"
+        "--base",
+        type=Path,
+        metavar="DIR",
+        help="the change's base, in vLLM's layout (default: the installed vllm)",
+    )
+    ap.add_argument(
+        "--vllm-base",
+        type=Path,
+        metavar="DIR",
+        help="given to every run as --vllm-base, the oracle of what the change leaves alone "
+        "(tests/nope/test_downstream_route.py; default: --base)",
     )
     ap.add_argument(
         "--scope",
@@ -124,7 +134,11 @@ def main(argv=None) -> int:
         ap.error("--vllm-overlay is required (unless --merge or --rebuild-report)")
     absent = [
         f"{name} {path}"
-        for name, path in (("--vllm-overlay", args.vllm_overlay), ("--base", args.base))
+        for name, path in (
+            ("--vllm-overlay", args.vllm_overlay),
+            ("--base", args.base),
+            ("--vllm-base", args.vllm_base),
+        )
         if path and not path.exists()
     ]
     if absent and args.missing == "skip":
@@ -162,7 +176,12 @@ def main(argv=None) -> int:
         jobs=args.jobs,
         timeout=args.timeout,
         mode=args.launcher,
-        extra=("--subject=vllm", f"--baseline={args.baseline}", *(f"--claim={cap}" for cap in args.claim)),
+        extra=(
+            "--subject=vllm",
+            f"--baseline={args.baseline}",
+            *(f"--claim={cap}" for cap in args.claim),
+            *([f"--vllm-base={args.vllm_base or args.base}"] if args.vllm_base or args.base else []),
+        ),
         all_tests=args.all_tests,
         keep_trees=args.keep_trees,
         reach_from=reach_files(args.reach_from) if args.reach_from else None,
