@@ -39,8 +39,9 @@ def parser() -> argparse.ArgumentParser:
         "--vllm-base",
         type=Path,
         metavar="DIR",
-        help="given to every run as --vllm-base, the oracle of what the change leaves alone "
-        "(tests/nope/test_downstream_route.py; default: --base)",
+        help="given to every run as --vllm-base: the change's base as the oracle of what the change leaves alone "
+        "(tests/nope/test_downstream_route.py); not implied by --base (its runs cost time where the change's own "
+        "lines are killed without it: docs/measurements-log.md)",
     )
     ap.add_argument(
         "--scope",
@@ -180,7 +181,7 @@ def main(argv=None) -> int:
             "--subject=vllm",
             f"--baseline={args.baseline}",
             *(f"--claim={cap}" for cap in args.claim),
-            *([f"--vllm-base={args.vllm_base or args.base}"] if args.vllm_base or args.base else []),
+            *([f"--vllm-base={args.vllm_base}"] if args.vllm_base else []),
         ),
         all_tests=args.all_tests,
         keep_trees=args.keep_trees,
