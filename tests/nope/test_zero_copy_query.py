@@ -34,7 +34,6 @@ from hypothesis import event, given, note, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
-from fixtures.harness import scale
 from fixtures.harness.compare import assert_bits_equal
 from fixtures.harness.findings import announce, match_output_finding
 from fixtures.harness.forward import (
@@ -45,6 +44,7 @@ from fixtures.harness.forward import (
     new_forward,
     pass_over_path_finding,
     run_forward,
+    saw_forward_call,
     with_keys,
 )
 from fixtures.inputs import sizes
@@ -131,8 +131,7 @@ def forward_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin:
             _SHARED[key] = (list(run_calls(c, subject, device, watch=watch, twin=twin)), list(caught))
     else:  # what the calls reached counts for this property too (fixtures.harness.scale)
         for seen in _SHARED[key][0]:
-            scale.saw_step(0, c.num_tokens, c.max_num_batched_tokens)
-            scale.saw_forward(seen.run.config, seen.inputs.metadata)
+            saw_forward_call(seen.run.config, c.num_tokens, seen.inputs.metadata)
     calls, caught = _SHARED[key]
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
