@@ -208,5 +208,9 @@ FORWARD_TOLERANCES: dict = {
 }
 
 
-def forward_tolerance(model_dtype: torch.dtype, fp8: bool) -> tuple[float, float]:
-    return FORWARD_TOLERANCES["fp8" if fp8 else model_dtype]
+def forward_tolerance(out_dtype: torch.dtype, kv_dtype: torch.dtype) -> tuple[float, float]:
+    """The tolerance of a forward's output in ``out_dtype`` over a cache storing ``kv_dtype``: an fp8 cache's
+    (one byte an element), else the looser of the two dtypes' (a bf16 cache under an fp16 model: bf16's)."""
+    if kv_dtype.itemsize == 1:
+        return FORWARD_TOLERANCES["fp8"]
+    return max(FORWARD_TOLERANCES[out_dtype], FORWARD_TOLERANCES[kv_dtype])

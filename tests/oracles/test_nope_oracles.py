@@ -168,10 +168,18 @@ def test_sparse_mla_forward_rejects_a_cache_of_another_head_size():
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype, fp8", [(BF16, False), (FP16, False), (FP32, False), (BF16, True)])
-def test_one_tolerance_table_covers_every_forward_dtype(dtype, fp8):
-    atol, rtol = oracle.forward_tolerance(dtype, fp8)
+@pytest.mark.parametrize(
+    "dtype, kv_dtype",
+    [(BF16, BF16), (FP16, FP16), (FP32, FP32), (FP16, BF16), (BF16, FP16)] + ([(BF16, FP8)] if FP8 else []),
+)
+def test_one_tolerance_table_covers_every_forward_dtype(dtype, kv_dtype):
+    """Every output dtype over every cache dtype has a tolerance; a cache of another float than the output
+    is held to the looser of the two (no tighter than either alone)."""
+    atol, rtol = oracle.forward_tolerance(dtype, kv_dtype)
     assert 0 < atol < 0.1 and 0 < rtol < 0.1
+    if kv_dtype.itemsize > 1:
+        for alone in (dtype, kv_dtype):
+            assert (atol, rtol) >= oracle.forward_tolerance(alone, alone)
 
 
 @pytest.mark.parametrize("tokens, heads, keys", [(3, 128, 2048), (1100, 3, 16)], ids=["wide", "long"])

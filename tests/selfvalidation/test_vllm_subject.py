@@ -475,6 +475,24 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     assert_seen_on(finding, vllm_subject.version)
 
 
+@pytest.mark.parametrize("model, cache", [(torch.float16, "bfloat16"), (torch.bfloat16, "float16")])
+def test_a_float_cache_of_another_dtype_than_the_models_is_one_vllm_refuses(vllm_subject, device, model, cache):
+    """The release's configuration refuses a float cache of another dtype than the model's, or makes it store
+    the model's (``VllmConfig``), so no forward of any backend is handed one: the layer is not applicable, in
+    vLLM's words, while the same float cache spelled as the model's dtype is served and handed on as stored.  The strategies draw only the second
+    (``forward_cases.cache_dtypes``), and docs/mutation-function-scope.md counts the lines that differ only on
+    the first as unreachable.  When this test fails, vLLM runs such layers: draw them, and revisit both."""
+    with pytest.raises(ForwardNotApplicable, match=rf"does not build a '{cache}' cache under a {model}"):
+        new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
+    own = str(model).removeprefix("torch.")
+    c = forward_case(model=model, kv_cache_dtype=own)
+    config, forward = new_forward(vllm_subject, c, device)
+    inputs = build_inputs(c, device)
+    assert inputs.kv_cache.dtype == config.kv_dtype == model
+    forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    assert forward.handed, "the forward handed its query downstream"
+
+
 def reproduce_forward_finding(vllm_subject, device, c, raised: str, key: str, on_gpu: str) -> BaseException:
     """``c``'s forward on CPU raises ``raised`` (a regex), naming vLLM's file, and that is the known finding
     ``key``, listed for the installed release; on a GPU the real kernel runs (``on_gpu``: what it does there)."""
