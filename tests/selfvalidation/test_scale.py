@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from fixtures.harness import scale
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs import sizes
+from fixtures.inputs.forward_cases import cache_dtypes, forward_cases
 from fixtures.inputs.strategies import bulk_seq_lens, cases
 from fixtures.plugin.fresh_run import repo
+from fixtures.protocol import KV_CACHE_DTYPES, ForwardDomain
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.reference import ReferenceSubject
 
@@ -74,6 +76,41 @@ def test_every_vllm_sized_case_is_valid_and_as_large_as_declared():
     check()
     assert max(r for r, _, _ in seen) >= 512 and max(t for _, t, _ in seen) >= 4096
     assert max(m for _, _, m in seen) >= 8192
+
+
+def test_every_long_forward_is_past_vllms_largest_captured_step():
+    """A long forward is one vLLM runs eagerly, past its largest CUDA-graph capture size, even at the range's
+    lower end, which hypothesis draws often: a fast path lost past that size shows in every long example
+    (the NoPE zero-copy branch taken only up to 512 tokens went uncaught once every long draw was 256)."""
+    seen = []
+
+    @settings(EXACT, max_examples=60)
+    @given(c=forward_cases(long_share=0))  # no flips: every case long
+    def check(c):
+        assert sizes.DEFAULT_MAX_GRAPH_SIZE < c.num_tokens <= sizes.FORWARD_MAX_TOKENS
+        seen.append(c.num_tokens)
+
+    check()
+    assert max(seen) == sizes.FORWARD_MAX_TOKENS
+
+
+def test_float_caches_are_drawn_spelled_as_the_models_dtype_in_a_budgeted_share():
+    """Where the domain serves them, the float caches come in about one draw in twelve, each spelled as the
+    model's dtype (vLLM never builds another: tests/selfvalidation/test_vllm_subject.py), beside fp8's share
+    and "auto" most of the time."""
+    drawn = []
+    domain = ForwardDomain(kv_cache_dtypes=KV_CACHE_DTYPES)
+
+    @settings(EXACT, max_examples=400)
+    @given(model=st.sampled_from((torch.bfloat16, torch.float16)), data=st.data())
+    def check(model, data):
+        cache = data.draw(cache_dtypes(domain, model))
+        assert cache in ("auto", "fp8") or cache == str(model).removeprefix("torch.")
+        drawn.append(cache)
+
+    check()
+    floats = sum(c not in ("auto", "fp8") for c in drawn) / len(drawn)
+    assert 1 / 24 <= floats <= 1 / 6 and drawn.count("auto") > len(drawn) / 2, f"{floats:.3f} float caches"
 
 
 def test_bulk_context_lengths_are_legal_for_their_queries():

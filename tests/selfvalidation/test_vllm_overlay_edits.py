@@ -63,6 +63,7 @@ def test_the_edit_is_caught_through_the_real_file(overlay, launcher, tmp_path, n
     assert outcomes[0].returncode == 1, f"edit {name!r} ({EDITS[name].doc}) was not caught:\n{out[-4000:]}"
     assert re.search(EDITS[name].caught_as, out), f"edit {name!r} failed, but not as expected:\n{out[-4000:]}"
     assert f"--vllm-overlay={edited}" in out, "the failure's reproducer must name the edited overlay"
+    assert "--baseline=none" in out.split("rerun:", 1)[-1], "the reproducer must repeat the run's --baseline"
     assert f"vLLM overlay {edited}: vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse <- " in out
     assert "[ran]" in out, "the summary must say the edited file is the one that ran"
 
