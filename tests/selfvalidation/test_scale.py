@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fixtures.harness import scale
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs import sizes
-from fixtures.inputs.forward_cases import cache_dtypes, forward_cases
+from fixtures.inputs.forward_cases import cache_dtypes, forward_cases, spelled_as
 from fixtures.inputs.strategies import bulk_seq_lens, cases
 from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import KV_CACHE_DTYPES, ForwardDomain
@@ -105,7 +105,7 @@ def test_float_caches_are_drawn_spelled_as_the_models_dtype_in_a_budgeted_share(
     @given(model=st.sampled_from((torch.bfloat16, torch.float16)), data=st.data())
     def check(model, data):
         cache = data.draw(cache_dtypes(domain, model))
-        assert cache in ("auto", "fp8") or cache == str(model).removeprefix("torch.")
+        assert cache in ("auto", "fp8") or cache == spelled_as(model)
         drawn.append(cache)
 
     check()

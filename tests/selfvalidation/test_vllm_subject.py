@@ -21,7 +21,7 @@ from fixtures.harness.findings import match_forward_finding
 from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
-from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs
+from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, spelled_as
 from fixtures.models.runtime import EagerRuntime, Event
 from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
@@ -479,13 +479,12 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
 def test_a_float_cache_of_another_dtype_than_the_models_is_one_vllm_refuses(vllm_subject, device, model, cache):
     """The release's configuration refuses a float cache of another dtype than the model's, or makes it store
     the model's (``VllmConfig``), so no forward of any backend is handed one: the layer is not applicable, in
-    vLLM's words, while the same float cache spelled as the model's dtype is served and handed on as stored.  The strategies draw only the second
-    (``forward_cases.cache_dtypes``), and docs/mutation-function-scope.md counts the lines that differ only on
-    the first as unreachable.  When this test fails, vLLM runs such layers: draw them, and revisit both."""
+    vLLM's words, while the same float cache spelled as the model's dtype is served and handed on as stored.
+    The strategies draw only the second (``forward_cases.cache_dtypes``), and docs/mutation-function-scope.md
+    counts the lines that differ only on the first as unreachable.  When this test fails, vLLM runs such layers: draw them, and revisit both."""
     with pytest.raises(ForwardNotApplicable, match=rf"does not build a '{cache}' cache under a {model}"):
         new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
-    own = str(model).removeprefix("torch.")
-    c = forward_case(model=model, kv_cache_dtype=own)
+    c = forward_case(model=model, kv_cache_dtype=spelled_as(model))
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
     assert inputs.kv_cache.dtype == config.kv_dtype == model
