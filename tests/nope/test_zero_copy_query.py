@@ -309,7 +309,7 @@ def check_output_close(c: ForwardCase, inputs, output: torch.Tensor, query: torc
     if output.dtype != c.model_dtype:
         finding = match_output_finding(subject, output_dtype=output.dtype, model_dtype=c.model_dtype)
         if finding is not None:
-            announce(finding)
+            announce(finding, subject)
             return
     assert tuple(output.shape) == shape and output.dtype == c.model_dtype, (
         f"output is {output.dtype} {tuple(output.shape)}, expected {c.model_dtype} {shape}"

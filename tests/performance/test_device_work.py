@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from fixtures.harness.baseline import WithBaseline, unpaired
 from fixtures.harness.device_work import broken_host_clauses, host_steps, run_program, run_program_on_real_stream
+from fixtures.harness.findings import announce, match_ledger_finding
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import (
@@ -92,7 +93,14 @@ def run(subject, device, batches, topk, m=None, **kwargs):
     return steps
 
 
-def check(problem, ledger, clause, expected):
+def check(problem, ledger, clause, expected, subject=None):
+    """``clause`` holds (``problem`` is None), or its breach is a known finding of ``subject``'s (announced and passed
+    over: :func:`fixtures.harness.findings.match_ledger_finding`)."""
+    if problem is not None and subject is not None:
+        finding = match_ledger_finding(unpaired(subject), clause=clause, problem=problem)
+        if finding is not None:
+            announce(finding, unpaired(subject))
+            return
     assert problem is None, mismatch(ledger, f"{clause}: {problem}", expected)
 
 
@@ -126,32 +134,46 @@ VLLM_SIZED_HOST = vllm_sized_program(host_only=True)
 def test_host_path_launches_no_kernel_but_the_shared_shrink_tail_zeroing(subject, device, batches, topk, layer):
     for s, shrank, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
         expected = "no launch" + (" but one fill_ per shrink-tail buffer" if shrank else "")
-        check(contract.host_launches(s.shared, shrank), s.ledger, "host path launches", expected)
+        check(contract.host_launches(s.shared, shrank), s.ledger, "host path launches", expected, subject=subject)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_uploads_paged_kv_indptr_once_pinned_and_non_blocking(subject, device, batches, topk, layer):
     for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
-        check(contract.host_upload(s.shared), s.ledger, "host path upload", "one pinned non-blocking h2d")
+        check(
+            contract.host_upload(s.shared), s.ledger, "host path upload", "one pinned non-blocking h2d", subject=subject
+        )
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_copies_req_id_per_token_only_when_the_decode_batch_grows(subject, device, batches, topk, layer):
     for s, _, may_copy in host_steps(run(subject, device, batches, topk, layer=layer)):
         expected = "one d2d into req_id_per_token" if may_copy else "no d2d"
-        check(contract.host_req_id_copy(s.shared, may_copy), s.ledger, "host path req_id_per_token", expected)
+        check(
+            contract.host_req_id_copy(s.shared, may_copy),
+            s.ledger,
+            "host path req_id_per_token",
+            expected,
+            subject=subject,
+        )
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_never_reads_the_device_back(subject, device, batches, topk, layer):
     for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
-        check(contract.host_no_sync(s.shared), s.ledger, "host path sync", "no d2h, no stream sync")
+        check(contract.host_no_sync(s.shared), s.ledger, "host path sync", "no d2h, no stream sync", subject=subject)
 
 
 @on_programs(*HOST, pinned=[GROW_KEEP_GROW_SHRINK, VLLM_SIZED])
 def test_host_path_waits_at_most_once_before_rewriting_the_pinned_buffer(subject, device, batches, topk, layer):
     for s, _, _ in host_steps(run(subject, device, batches, topk, layer=layer)):
-        check(contract.host_wait(s.shared), s.ledger, "host path wait", "at most one event wait, before the upload")
+        check(
+            contract.host_wait(s.shared),
+            s.ledger,
+            "host path wait",
+            "at most one event wait, before the upload",
+            subject=subject,
+        )
 
 
 @st.composite
@@ -179,7 +201,13 @@ def test_host_path_device_work_does_not_grow_with_n(subject, device, case, layer
 
     small, large = program(a), program(b)
     for one, other in zip(small, large, strict=True):
-        check(contract.same_work(one.ledger, other.ledger), other.ledger, "host path O(1) in n", one.ledger.render())
+        check(
+            contract.same_work(one.ledger, other.ledger),
+            other.ledger,
+            "host path O(1) in n",
+            one.ledger.render(),
+            subject=subject,
+        )
 
 
 def all_host(batches) -> bool:
@@ -246,7 +274,13 @@ def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, ba
     from pageable memory there is the only copy there is)."""
     for s in run(subject, device, batches, topk, layer=layer):
         if s.result.path == "device":
-            check(contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources")
+            check(
+                contract.device_uploads_pinned(s.shared),
+                s.ledger,
+                "device path uploads",
+                "pinned sources",
+                subject=subject,
+            )
 
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
@@ -258,6 +292,7 @@ def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches
                 s.ledger,
                 "device path sync",
                 "no sync (d2h, stream sync, blocking h2d) outside",
+                subject=subject,
             )
 
 
@@ -280,6 +315,13 @@ def keeps_persistent_work_metadata(subject, device) -> bool:
     return probe.persistent
 
 
+def require_expectation(subject, name: str) -> None:
+    """A property resting on ``name`` is not applicable to a subject whose code lacks it (its ``lacks``)."""
+    why = getattr(unpaired(subject), "lacks", {}).get(name)
+    if why is not None:
+        raise NotApplicableHere(why)
+
+
 def require_persistent_work_metadata(subject, device) -> None:
     """A subject without persistent work metadata has no such block: the property is not applicable to it."""
     if not keeps_persistent_work_metadata(unpaired(subject), device):
@@ -297,7 +339,13 @@ def test_a_persistent_work_metadata_rebuild_is_synchronised_before_the_step_retu
     both paths; its read back of ``seq_lens`` is inside ``gpu_sync_allowed`` (else the path clauses fail)."""
     require_persistent_work_metadata(subject, device)
     for s in (s for s in run(subject, device, batches, topk, layer=layer) if s.persistent):
-        check(contract.rebuild_synced(s.ledger), s.ledger, "persistent rebuild", "a stream sync after the rebuild")
+        check(
+            contract.rebuild_synced(s.ledger),
+            s.ledger,
+            "persistent rebuild",
+            "a stream sync after the rebuild",
+            subject=subject,
+        )
 
 
 @on_work_metadata_programs
@@ -308,10 +356,13 @@ def test_the_same_batch_again_rebuilds_no_persistent_work_metadata_and_waits_for
     of the first, rebuilds nothing and synchronises nothing (its cache key is for that); the fresh
     metadata of every step is checked by the step itself (AITER's door stamps it)."""
     require_persistent_work_metadata(subject, device)
+    require_expectation(subject, "work_metadata_cache")
     doubled = [b for batch in batches for b in (batch, batch)]
     steps = run(subject, device, doubled, topk, layer=layer)
     for s in (s for s in steps[1::2] if s.persistent):
-        check(contract.no_rebuild_on_repeat(s.ledger), s.ledger, "persistent rebuild on a repeat", "none")
+        check(
+            contract.no_rebuild_on_repeat(s.ledger), s.ledger, "persistent rebuild on a repeat", "none", subject=subject
+        )
 
 
 def test_a_context_growing_to_the_top_k_rebuilds_the_persistent_work_metadata(subject, device):
@@ -337,11 +388,18 @@ def test_decode_steps_past_the_top_k_rebuild_no_persistent_work_metadata(subject
     here is a stream sync every step; the function-scoped mutation run's survivor: build's ``np.minimum`` of
     the sequence lengths as ``np.maximum``)."""
     require_persistent_work_metadata(subject, device)
+    require_expectation(subject, "work_metadata_cache")
     batches = [pure_decode_of([69, 73]), pure_decode_of([70, 74])]
     steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, layer=NO_SINKS)
     assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"
     step = "a decode step past the top-k whose index ranges did not change"
-    check(contract.no_rebuild_on_repeat(steps[1].ledger, step), steps[1].ledger, "persistent rebuild", "none")
+    check(
+        contract.no_rebuild_on_repeat(steps[1].ledger, step),
+        steps[1].ledger,
+        "persistent rebuild",
+        "none",
+        subject=subject,
+    )
 
 
 def test_a_rope_free_layer_builds_no_persistent_work_metadata_and_waits_for_nothing(subject, device):
@@ -351,12 +409,13 @@ def test_a_rope_free_layer_builds_no_persistent_work_metadata_and_waits_for_noth
     rebuild or waits for one (the function-scoped mutation run's survivor: build's ``not use_triton_sparse``
     dropped, a metadata launch and a stream sync on every such step)."""
     require_persistent_work_metadata(subject, device)
+    require_expectation(subject, "rope_free_triton_route")
     batches = grow_keep_grow_shrink()
     steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=2, layer=ROPE_FREE)
     assert not any(s.persistent for s in steps), "a step of a rope-free layer carried persistent work metadata"
     for s in steps:
         step = "a decode step of a rope-free layer (vLLM's Triton route)"
-        check(contract.no_rebuild_on_repeat(s.ledger, step), s.ledger, "persistent rebuild", "none")
+        check(contract.no_rebuild_on_repeat(s.ledger, step), s.ledger, "persistent rebuild", "none", subject=subject)
 
 
 @host_clause
@@ -439,10 +498,13 @@ def test_device_path_on_the_gpu_uploads_pinned_and_syncs_only_where_allowed(subj
     steps = run_program_on_real_stream(unpaired(subject), device, program, m=M, topk=2)
     for s in steps:
         assert s.result.path == "device", f"step {s.index} took the {s.result.path} path"
-        check(contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources")
+        check(
+            contract.device_uploads_pinned(s.shared), s.ledger, "device path uploads", "pinned sources", subject=subject
+        )
         check(
             contract.device_no_unallowed_sync(s.shared),
             s.ledger,
             "device path sync",
             "no sync (d2h, stream sync, blocking h2d) outside",
+            subject=subject,
         )

@@ -492,16 +492,19 @@ def test_a_float_cache_of_another_dtype_than_the_models_is_one_vllm_refuses(vllm
     assert forward.handed, "the forward handed its query downstream"
 
 
-def reproduce_forward_finding(vllm_subject, device, c, raised: str, key: str, on_gpu: str) -> BaseException:
-    """``c``'s forward on CPU raises ``raised`` (a regex), naming vLLM's file, and that is the known finding
-    ``key``, listed for the installed release; on a GPU the real kernel runs (``on_gpu``: what it does there)."""
+def reproduce_forward_finding(vllm_subject, device, c, raised, key: str, on_gpu: str, error=AssertionError):
+    """``c``'s forward on CPU raises ``error`` matching ``raised`` (a regex) from vLLM's file, and that is the known
+    finding ``key``, listed for the installed release; on a GPU the real kernel runs (``on_gpu``: what it does
+    there)."""
     config, forward = new_forward(vllm_subject, c, device)
     if device.type != "cpu":
         pytest.skip(f"not applicable: on a GPU {on_gpu}")
     inputs = build_inputs(c, device)
-    with pytest.raises(AssertionError, match=raised) as info:
+    with pytest.raises(error, match=raised) as info:
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
-    assert "rocm_aiter_mla_sparse.py" in str(info.value), "the failure names vLLM's line that made the call"
+    assert any("rocm_aiter_mla_sparse.py" in str(entry.path) for entry in info.traceback) or (
+        "rocm_aiter_mla_sparse.py" in str(info.value)
+    ), "the failure names vLLM's line that made the call"
     inputs = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype)
     finding = match_forward_finding(vllm_subject, info.value, **inputs, ql_dtype=c.ql_dtype)
     assert finding is not None and finding.key == key, f"{info.value} is not the finding {key}"
@@ -509,25 +512,46 @@ def reproduce_forward_finding(vllm_subject, device, c, raised: str, key: str, on
     return info.value
 
 
+def produced_case(vllm_subject, producer_index: int, model, rope: int, **kw) -> ForwardCase:
+    """A forward case whose ``ql_nope`` is what vLLM's own producer (``PRODUCERS[producer_index]``) hands
+    ``forward_mqa`` for a layer of ``model`` and ``rope`` (:mod:`fixtures.subjects.vllm.producers`): its dtype,
+    and a contiguous token-major layout, checked."""
+    from fixtures.subjects.vllm.producers import PRODUCERS, NotProducedHere
+
+    try:
+        q = vllm_subject.produced_query(PRODUCERS[producer_index], model_dtype=model, qk_rope_head_dim=rope)
+    except NotProducedHere as exc:
+        pytest.skip(f"not applicable: vLLM {vllm_subject.version}: {exc}")
+    assert q.ql_contiguous and q.ql_shape[1:] == (16, 512), q
+    return forward_case(lora=512, rope=rope, model=model, ql_dtype=q.ql_dtype, **kw)
+
+
 def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subject, device):
-    """Finding, pinned: an fp16 layer with a rope part and no attention sinks reaches AITER's ASM decode with an
-    fp16 query through vLLM's own _forward_mla and torch op; AITER has no fp16 kernel (the door's precondition,
-    cited from AITER's asm_mla.cu).  Where vLLM routes fp16 elsewhere, this test fails: drop it and its entry in
-    docs/findings.md."""
-    c = forward_case(m=4, t=2, lora=512, rope=64, model=torch.float16)
+    """Finding, pinned: an fp16 DeepSeek-style layer (a rope part, no attention sinks), its query made by vLLM's own
+    default MQA bmm (an fp16 ``ql_nope``), reaches AITER's ASM decode with an fp16 query through vLLM's own
+    _forward_mla and torch op; AITER has no fp16 kernel (the door's precondition, cited from AITER's asm_mla.cu).
+    Where vLLM routes fp16 elsewhere, or serves no fp16 model, this test fails: drop it and the finding."""
+    c = produced_case(vllm_subject, 0, torch.float16, 64, m=4, t=2)
     raised = r"mla_decode_fwd arguments it rejects: q and kv_buffer"
     reproduce_forward_finding(vllm_subject, device, c, raised, "aiter-decode-fp16-query", "AITER's own decode runs")
 
 
 def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subject, device):
-    """Finding, pinned: a bf16 layer with a rope part handed an fp16 ql_nope (the MQA bmm output not in the model
-    dtype) calls concat_mla_q with ql_nope fp16 and q_concat_buffer bf16, which its kernel reads and writes as
-    fp16 (on CPU its stand-in says so; on ROCm the buffer holds raw fp16 bits).  Where vLLM converts first, this
-    test fails: drop it and its entry in docs/findings.md."""
+    """Hazard, pinned (``concat-mla-q-mixed-dtype``, outside what vLLM produces: ``test_producers.py``): a bf16 layer
+    with a rope part handed an fp16 ``ql_nope`` calls concat_mla_q with ``ql_nope`` fp16 and ``q_concat_buffer``
+    bf16; the op the installed release builds raises on it (its stable-ABI typed pointers), or its legacy kernel
+    would write raw bits (the stand-in's failure naming that).  Where vLLM converts first, this test fails."""
+    from fixtures.subjects.vllm.concat_mla_q import STABLE, installed_source
+
+    installed = installed_source()
+    if installed is None:
+        pytest.skip(f"not applicable: vLLM {vllm_subject.version} builds no concat_mla_q")
     c = forward_case(m=4, t=2, lora=512, rope=64, ql_dtype=torch.float16)
-    raised = r"concat_mla_q at \S+ breaking what its kernel assumes"
-    on_gpu = "the op's own kernel runs (garbage in the buffer, not an error)"
-    reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu)
+    stable = installed.source is STABLE
+    raised = r"expected scalar type \S+Half but found BFloat16" if stable else r"concat_mla_q at \S+ breaking"
+    on_gpu = "the op's own kernel runs"
+    error = RuntimeError if stable else AssertionError
+    reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu, error)
 
 
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
@@ -567,24 +591,29 @@ def test_head_padding_check_hands_on_the_source_and_refuses_a_changed_or_foreign
 
 
 def test_overlay_zero_copy_ignores_the_dtype_clause(vllm_subject, device):
-    """Finding nope-zero-copy-ignores-dtype, pinned: the post-change forward_mqa hands a
-    contiguous fp32 ql_nope itself to the attention of a bf16 model (the copy path
-    would have converted it).  When this fails, vLLM has fixed it: drop the finding
-    (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py), this test and its entry in docs/findings.md."""
+    """Finding nope-zero-copy-ignores-dtype, pinned: an fp16 NoPE layer whose query vLLM's own producer makes with
+    AITER's fp8 bmm (``VLLM_ROCM_USE_AITER_FP8BMM=1``: a contiguous bf16 ``ql_nope``) gets that bf16 tensor itself as
+    its query from the post-change forward_mqa (the copy path would have converted it into the fp16 buffer), and
+    vLLM's Triton sparse MLA kernel, which serves rope-free decodes, cannot take a bf16 query on an fp16 cache (its
+    ``tl.dot``: Triton refuses to compile it), where the change's base runs the layer.  When this fails, vLLM has
+    fixed it: drop the finding (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py) and this test."""
     if NOPE_ZERO_COPY not in vllm_subject.capabilities:
         pytest.skip(f"not applicable: {vllm_subject.capability_notes[NOPE_ZERO_COPY]}")
     finding = next(f for f in vllm_subject.known_findings().path if f.key == "nope-zero-copy-ignores-dtype")
-    c = forward_case(m=4, t=3, heads=2, lora=4, ql_dtype=torch.float32)
+    c = produced_case(vllm_subject, 1, torch.float16, 0, m=4, t=3)
+    assert c.ql_dtype == torch.bfloat16
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
-    assert inputs.ql_nope.is_contiguous() and inputs.ql_nope.dtype == torch.float32
-    run = run_forward(config, forward, inputs.ql_nope, inputs)
-    assert run.result.path == "zero_copy", f"fixed? the fp32 ql_nope now takes {run.result.path!r}"
-    assert run.call.q is inputs.ql_nope and run.call.q.dtype == torch.float32
+    assert inputs.ql_nope.is_contiguous() and inputs.ql_nope.dtype == torch.bfloat16
+    with pytest.raises(AssertionError, match="a torch.bfloat16 query and a torch.float16 cache: its kernels take one"):
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    took = forward.path_of(forward.handed[-1], inputs.ql_nope)
+    assert took == "zero_copy", f"fixed? the bf16 ql_nope of an fp16 layer now takes {took!r}"
+    assert forward.handed[-1] is inputs.ql_nope and forward.handed[-1].dtype == torch.bfloat16
     assert finding.present_in(vllm_subject)
     assert finding.matches(
         vllm_subject, took="zero_copy", oracle="copy", rope=0, contiguous=True,
-        ql_dtype=torch.float32, buffer_dtype=torch.bfloat16,
+        ql_dtype=torch.bfloat16, buffer_dtype=torch.float16,
     )  # fmt: skip
     assert_seen_on(finding, vllm_subject.version)
 
