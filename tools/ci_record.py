@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--start", type=float, required=True, help="the run's start, seconds since the epoch")
-    ap.add_argument("--cpu", type=int, required=True, help="the cpu,self,lint lane's exit status")
+    ap.add_argument("--cpu", type=int, required=True, help="the cpu,self,lint,vllm-fixes lane's exit status")
     ap.add_argument("--vllm", type=int, required=True, help="the vllm,vllm-self lane's exit status")
     ap.add_argument("--python", default=sys.executable, help="the interpreter whose torch import is timed")
     ap.add_argument("--times", type=int, default=3, help="how many fresh imports of torch to time")
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         "commit": commit.stdout.strip() or "unknown",
         "date": datetime.datetime.fromtimestamp(args.start, datetime.timezone.utc).strftime("%Y-%m-%d"),
         "seconds": round(end - args.start),
-        "lanes": {"cpu,self,lint": args.cpu, "vllm,vllm-self": args.vllm},
+        "lanes": {"cpu,self,lint,vllm-fixes": args.cpu, "vllm,vllm-self": args.vllm},
         "import_torch_seconds": import_torch_seconds(args.python, args.times),
     }
     args.out.write_text(json.dumps(record, indent=1) + "\n")

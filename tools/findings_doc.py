@@ -87,7 +87,7 @@ def entry(subject: str, finding) -> list[str]:
     lines.append(f"- **Regression test**: `{finding.regression_test}`")
     properties = getattr(finding, "properties", ())
     if properties:
-        lines.append("- **Properties that pass over it**: " + ", ".join(f"`{p}`" for p in properties))
+        lines.append("- **Properties the fix is checked on**: " + ", ".join(f"`{p}`" for p in properties))
     lines.extend(fix_block(finding))
     lines.append(f"- **Upstream**: {getattr(finding, 'upstream', '') or 'not searched'}")
     return [*lines, ""]

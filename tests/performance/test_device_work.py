@@ -285,6 +285,7 @@ def test_device_path_non_blocking_uploads_read_pinned_memory(subject, device, ba
 
 @on_programs(DEVICE_PATH, PERSISTENT_BUFFERS, pinned=[VLLM_SIZED])
 def test_device_path_syncs_only_inside_gpu_sync_allowed(subject, device, batches, topk, layer):
+    require_expectation(subject, "gpu_sync_allowed")
     for s in run(subject, device, batches, topk, layer=layer):
         if s.result.path == "device":
             check(

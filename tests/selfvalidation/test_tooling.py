@@ -310,9 +310,11 @@ def test_a_ci_run_records_itself_and_heads_the_measurements(tmp_path):
         == 0
     )
     record = json.loads(out.read_text())
-    assert record["seconds"] >= 125 and record["lanes"] == {"cpu,self,lint": 0, "vllm,vllm-self": 1}
+    assert record["seconds"] >= 125 and record["lanes"] == {"cpu,self,lint,vllm-fixes": 0, "vllm,vllm-self": 1}
     assert len(record["import_torch_seconds"]) == 1 and record["commit"]
-    record.update(seconds=899, lanes={"cpu,self,lint": 0, "vllm,vllm-self": 0}, import_torch_seconds=[1.94, 2.27])
+    record.update(
+        seconds=899, lanes={"cpu,self,lint,vllm-fixes": 0, "vllm,vllm-self": 0}, import_torch_seconds=[1.94, 2.27]
+    )
     out.write_text(json.dumps(record))
     text, missing = regenerate("<!-- generated: ci-run -->\n<!-- /generated -->\n", tmp_path)
     assert missing == []

@@ -400,6 +400,34 @@ def test_flashinfer_sparse_forward_returns_bf16_for_fp16():
         MLAAttention._v_up_proj(layer, output, out)
 
 
+# The fix once proposed for flashinfer-sparse-bf16-output: the impl's out allocated in the query's dtype.
+OLD_FLASHINFER_FIX = (
+    "out = q.new_empty(\n            (num_tokens, num_heads, self.kv_lora_rank), dtype=torch.bfloat16\n        )",
+    "out = q.new_empty((num_tokens, num_heads, self.kv_lora_rank), dtype=q.dtype)",
+)
+
+
+def test_the_fix_proposed_before_fails_flashinfers_check_of_out(run_suite_in, tmp_path):
+    """The fix once proposed for ``flashinfer-sparse-bf16-output`` (allocate ``out`` in the model dtype) hands
+    FlashInfer a float16 ``out``, which FlashInfer's own check refuses (``check_shape_dtype_device``: "Invalid dtype
+    of out: expected torch.bfloat16, got torch.float16", as flashinfer-python 0.7.2.post1 and 0.7.4 raise it);
+    the fix the registry carries (float16 dropped from the backend's supported_dtypes) is verified by
+    ``tools/verify_fixes.py``."""
+    sibling("vllm-flashinfer-sparse")  # not applicable without it
+    module = "vllm.v1.attention.backends.mla.flashinfer_mla_sparse"
+    text = installed_module_file(module).read_text()
+    if OLD_FLASHINFER_FIX[0] not in text:
+        pytest.skip(f"not applicable: vLLM {installed_vllm_version()}'s impl allocates no out of its own")
+    target = tmp_path / "overlay" / (module.replace(".", "/") + ".py")
+    target.parent.mkdir(parents=True)
+    target.write_text(text.replace(*OLD_FLASHINFER_FIX))
+    run = run_suite_in(
+        "--subject=vllm-flashinfer-sparse", f"--vllm-overlay={target.parents[5]}", repo(BF16_OUTPUT.regression_test)
+    )
+    assert run.ret == 1, run.out[-3000:]
+    assert "ValueError: Invalid dtype of out: expected torch.bfloat16, got torch.float16" in run.out, run.out[-3000:]
+
+
 def test_flashinfer_sparse_forward_without_the_zero_copy_branch_before_0_30():
     """The zero-copy capability is read from the installed impl's source: FlashInfer's forward has the
     branch from vLLM 0.30.0 (in ``forward_mqa``; from 0.33.0 in ``_forward_mqa_kernel``)."""

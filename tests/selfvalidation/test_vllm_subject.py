@@ -476,14 +476,23 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
 
 
 @pytest.mark.parametrize("model, cache", [(torch.float16, "bfloat16"), (torch.bfloat16, "float16")])
-def test_a_float_cache_of_another_dtype_than_the_models_is_one_vllm_refuses(vllm_subject, device, model, cache):
-    """The release's configuration refuses a float cache of another dtype than the model's, or makes it store
-    the model's (``VllmConfig``), so no forward of any backend is handed one: the layer is not applicable, in
-    vLLM's words, while the same float cache spelled as the model's dtype is served and handed on as stored.
-    The strategies draw only the second (``forward_cases.cache_dtypes``), and docs/mutation-function-scope.md
-    counts the lines that differ only on the first as unreachable.  When this test fails, vLLM runs such layers: draw them, and revisit both."""
-    with pytest.raises(ForwardNotApplicable, match=rf"does not build a '{cache}' cache under a {model}"):
-        new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
+def test_a_float_cache_of_another_dtype_follows_what_the_release_builds(vllm_subject, device, model, cache):
+    """A float cache of another dtype than the model's is a layer of the release's deployments exactly where the
+    release's configuration builds it (``VllmConfig``: vLLM 0.34.0 refuses one, or makes it store the model's;
+    earlier releases build it): there the forward is made with it and the strategies draw it
+    (``ForwardDomain.mixed_float_caches``); elsewhere it is not applicable, in vLLM's words.  The same float cache
+    spelled as the model's dtype is served everywhere and handed on as stored."""
+    from fixtures.protocol import forward_domain
+    from fixtures.subjects.vllm.forward.base import builds_mixed_float_caches
+
+    builds = builds_mixed_float_caches()
+    assert forward_domain(vllm_subject).mixed_float_caches == builds
+    if builds:
+        config, _ = new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
+        assert config.kv_dtype == getattr(torch, cache) != model
+    else:
+        with pytest.raises(ForwardNotApplicable, match=rf"does not build a '{cache}' cache under a {model}"):
+            new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
     c = forward_case(model=model, kv_cache_dtype=spelled_as(model))
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
@@ -699,3 +708,113 @@ def test_a_key_pooled_buffer_as_the_suite_lays_it_out_is_read_back_by_the_releas
         for t, row in enumerate(rows):
             live = fitted[t][fitted[t] >= 0].tolist()
             assert live == row and (fitted[t][len(row) :] == -1).all(), (saturate, t)
+
+
+# The post-change file with AITER's Triton sparse MLA route taken out, as the files of forks on an older base are:
+# no _forward_mla_aiter, a forward that never takes it, a builder that reads no use_aiter_sparse_mla.
+WITHOUT_AITER_TRITON_ROUTE = (
+    ('\n            and not getattr(attention_context[name].impl, "use_aiter_sparse_mla", False)', ""),
+    ("    def _forward_mla_aiter(", "    def _forward_mla_aiter_taken_out("),
+    ("        if self.use_aiter_sparse_mla:\n            output = self._forward_mla_aiter(",
+     "        if False:\n            output = self._forward_mla_aiter_taken_out("),
+)  # fmt: skip
+
+
+def test_a_file_without_aiters_triton_route_keeps_work_metadata_for_a_layer_made_with_its_switch(
+    run_suite_in, tmp_path
+):
+    """A file without AITER's Triton sparse MLA route sends a layer made with ``VLLM_ROCM_USE_AITER_TRITON_SPARSE_MLA``
+    set to AITER's persistent decode, which reads the work metadata its builder keeps: it is never failed for
+    keeping it (the expectation that such a layer carries none rests on the route: ``file_routes``).  Built here
+    from the post-change file, the route taken out; the builder's default layer on CPU is the switch's."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
+    source = ROOT.parent / "shared" / "vllm-pr" / "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py"
+    if not source.is_file():
+        pytest.skip(f"not applicable: the post-change file {source} is not beside this checkout")
+    node = "tests/gating/test_gating_contract.py::test_overstated_upper_bound_would_diverge_from_device_path"
+
+    def run_on(edits, name):
+        text = source.read_text()
+        for old, new in edits:
+            assert text.count(old) == 1, f"the post-change file changed: {old!r} is not there once"
+            text = text.replace(old, new)
+        target = tmp_path / name / "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py"
+        target.parent.mkdir(parents=True)
+        target.write_text(text)
+        return run_suite_in("--subject=vllm", f"--vllm-overlay={tmp_path / name}", "--baseline=none", repo(node))
+
+    run = run_on(WITHOUT_AITER_TRITON_ROUTE, "without-route")
+    assert run.ret == 0 and "carries persistent work metadata" not in run.out, run.out[-3000:]
+    # the control: the route kept, its builder no longer reading the switch, is failed for the metadata it keeps
+    run = run_on(WITHOUT_AITER_TRITON_ROUTE[:1], "builder-ignores-the-route")
+    assert run.ret == 1 and "a layer on AITER's Triton sparse MLA (use_aiter_sparse_mla" in run.out, run.out[-3000:]
+
+
+# ----- the release's own findings of its builder (the release matrix runs these on every release) -------------
+def released_builder_program(device, batches, topk: int, layer=None):
+    """``batches`` through the installed release's builder on the stream model (its device work in a ledger)."""
+    from fixtures.harness.device_work import run_program
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
+    subject = VllmSubject()
+    m = max(8, *(b.num_actual_tokens for b in batches))
+    return subject, run_program(subject, device, batches, m=m, topk=topk, layer=layer)
+
+
+def finding(key: str):
+    from fixtures.subjects.vllm_rocm_aiter_sparse.findings import ALL_FINDINGS
+
+    return next(f for f in ALL_FINDINGS if f.key == key)
+
+
+def test_the_builder_uploads_req_id_from_pinned_memory_unless_recorded(device):
+    """Finding ``rocm-sparse-pageable-upload``, pinned where it reproduces: the device path's upload of
+    ``req_id_per_token`` out of pageable memory (a mixed step); every other release uploads it pinned."""
+    from oracles import device_work as contract
+
+    subject, steps = released_builder_program(device, [make_batch([1, 2], [3, 4])], topk=4)
+    known = finding("rocm-sparse-pageable-upload")
+    problem = contract.device_uploads_pinned(steps[0].ledger)
+    if problem is None:
+        assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
+        return
+    assert known.matches(subject, clause="device path uploads", problem=problem), problem
+    assert_seen_on(known, subject.version)
+
+
+def test_the_persistent_work_metadata_rebuild_is_synchronised_unless_recorded(device):
+    """Finding ``rocm-sparse-persistent-rebuild-unsynchronised``, pinned where it reproduces: a decode step of a layer
+    without sinks launches AITER's get_mla_metadata_v1 and returns without a stream synchronisation."""
+    from fixtures.inputs.steps import NO_SINKS
+    from oracles import device_work as contract
+
+    subject, steps = released_builder_program(device, [make_batch([1, 1], [70, 74])], topk=64, layer=NO_SINKS)
+    if not any(op.what == contract.REBUILD for op in steps[0].ledger.ops):
+        pytest.skip(f"not applicable: vLLM {subject.version}'s builder keeps no persistent work metadata here")
+    known = finding("rocm-sparse-persistent-rebuild-unsynchronised")
+    problem = contract.rebuild_synced(steps[0].ledger)
+    if problem is None:
+        assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
+        return
+    assert known.matches(subject, clause="persistent rebuild", problem=problem), problem
+    assert_seen_on(known, subject.version)
+
+
+def test_the_persistent_work_metadata_key_sees_the_context_where_recorded(device):
+    """Finding ``rocm-sparse-persistent-key-misses-the-context``, pinned where it reproduces: two requests of two
+    query tokens whose contexts grow by one token up to the top-k keep their clamped lengths, so a key of those
+    alone hands the second step the first's work metadata (AITER's door names the stale stamp)."""
+    from fixtures.inputs.steps import NO_SINKS
+
+    batches = [make_batch([2, 2], [64, 64]), make_batch([2, 2], [65, 65])]
+    known = finding("rocm-sparse-persistent-key-misses-the-context")
+    try:
+        subject, steps = released_builder_program(device, batches, topk=64, layer=NO_SINKS)
+    except pytest.skip.Exception as exc:  # the builder's stamp check passed over the finding: it reproduced
+        if f"known finding {known.key}:" not in str(exc):
+            raise
+        assert_seen_on(known, VllmSubject().version)
+        return
+    assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
