@@ -27,6 +27,9 @@ class SplitRule:
 
     decode_threshold: int | None
     require_uniform: bool = False
+    # with require_uniform, a zero-length request past the first is a CUDA-graph pad request, never the first
+    # prefill (vLLM 0.32.0's rule; before it such a request ended the decodes: releases_pads_stay_decodes)
+    pads_stay_decodes: bool = True
 
     def describe(self) -> str:
         if self.decode_threshold is None:
@@ -43,7 +46,8 @@ def split(query_start_loc, num_actual_tokens: int, max_query_len: int, rule: Spl
 
     Decodes are the leading requests up to the first prefill: a request longer
     than the threshold, or, with ``require_uniform``, one whose query length is
-    neither the first request's nor 0 (a CUDA-graph pad request); a batch whose
+    neither the first request's nor 0 (a CUDA-graph pad request; before vLLM
+    0.32.0, ``pads_stay_decodes`` False, a request of 0 too); a batch whose
     longest query is within the threshold (and, uniform, a threshold of 1) is all
     decodes, its ``num_actual_tokens`` (pad tokens included) decode tokens.
     """
@@ -58,13 +62,25 @@ def split(query_start_loc, num_actual_tokens: int, max_query_len: int, rule: Spl
     if q[0] > t:
         return 0, num_reqs, 0
     if rule.require_uniform:
-        is_prefill = (q != q[0]) & (q != 0)
+        is_prefill = (q != q[0]) & (q != 0) if rule.pads_stay_decodes else q != q[0]
     else:
         is_prefill = q > t
     if not is_prefill.any():
         return num_reqs, 0, num_actual_tokens
     first = int(np.argmax(is_prefill))
     return first, num_reqs - first, int(qsl[first])
+
+
+# The first vLLM release whose split_decodes_and_prefills keeps a zero-length request among uniform decodes
+# (``is_prefill = (query_lens != query_lens[0]) & (query_lens != 0)``; 0.30.0 and earlier: ``!= query_lens[0]``
+# alone), read from each release's vllm/v1/attention/backends/utils.py.
+PADS_STAY_DECODES_SINCE = (0, 31)
+
+
+def releases_pads_stay_decodes(version: str) -> bool:
+    """Whether vLLM ``version``'s split keeps a zero-length request among uniform decodes (:data:`PADS_STAY_DECODES_SINCE`)."""
+    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    return parts >= PADS_STAY_DECODES_SINCE
 
 
 def forward_fields(query_start_loc, num_actual_tokens: int, max_query_len: int, num_decodes: int) -> dict[str, int]:

@@ -90,6 +90,8 @@ def entry(subject: str, finding) -> list[str]:
         lines.append("- **Properties the fix is checked on**: " + ", ".join(f"`{p}`" for p in properties))
     lines.extend(fix_block(finding))
     lines.append(f"- **Upstream**: {getattr(finding, 'upstream', '') or 'not searched'}")
+    if getattr(finding, "revised", ""):
+        lines.append(f"- **Revised**: {finding.revised}")
     return [*lines, ""]
 
 

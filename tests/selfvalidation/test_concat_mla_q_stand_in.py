@@ -135,7 +135,9 @@ def test_the_installed_binary_names_the_source_and_holds_every_message_the_stand
     messages = [*SHAPE_MESSAGES, source.dtype_check]
     if source.typed_pointers:
         messages += [
-            typed_pointer_message(d, BF16).removesuffix("BFloat16") for d in SCALAR_NAMES if d != torch.float32
+            typed_pointer_message(d, BF16, installed.scalar_prefix).removesuffix("BFloat16")
+            for d in SCALAR_NAMES
+            if d != torch.float32
         ]
     found = binary_holds(installed.binary, *(m.encode() for m in messages), other.marker.encode())
     missing = [m for m, holds in zip(messages, found, strict=False) if not holds]

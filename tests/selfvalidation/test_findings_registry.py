@@ -13,6 +13,7 @@ import pytest
 from fixtures import ROOT
 from fixtures.harness.findings import is_hazard, registered_findings
 from fixtures.subjects.vllm.loading.fixes import FixError, apply, fixed_overlay, parse
+from fixtures.subjects.vllm.loading.imports import installed_vllm_version
 from tools import findings_doc
 
 pytestmark = pytest.mark.selftest
@@ -71,6 +72,10 @@ def test_each_fix_diff_applies_to_the_file_it_names(subject, finding, tmp_path):
             apply((OVERLAY / patch.path).read_text(), patch)
         elif importlib.util.find_spec("vllm") is None:
             pytest.skip(f"not applicable: {patch.path} is a release's file and vLLM is not installed here")
+        elif (version := installed_vllm_version()) not in finding.seen_on:
+            pytest.skip(
+                f"not applicable: the fix is of vLLM {', '.join(finding.seen_on)}'s {patch.path}, not {version}'s"
+            )
     out = fixed_overlay(finding.fix_diff, tmp_path / "fixed", OVERLAY if OVERLAY.is_dir() else None)
     assert all((out / p.path).is_file() for p in parse(finding.fix_diff))
 

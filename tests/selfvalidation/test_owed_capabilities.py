@@ -154,7 +154,11 @@ def test_the_split_oracle_is_vllms_split_decodes_and_prefills(lens, pad, thresho
 
     Metadata.max_query_len = max_query_len
     want = split_decodes_and_prefills(Metadata, decode_threshold=threshold, require_uniform=uniform)
-    assert split(qsl, n, max_query_len, SplitRule(threshold, uniform)) == tuple(int(v) for v in want[:3])
+    from fixtures.subjects.vllm.loading.imports import installed_vllm_version
+    from oracles.split import releases_pads_stay_decodes
+
+    rule = SplitRule(threshold, uniform, releases_pads_stay_decodes(installed_vllm_version()))
+    assert split(qsl, n, max_query_len, rule) == tuple(int(v) for v in want[:3])
 
 
 def test_the_release_owes_nothing_beyond_itself():

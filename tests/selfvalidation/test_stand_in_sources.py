@@ -22,20 +22,23 @@ pytestmark = pytest.mark.selftest
 VERSIONED = re.compile(r"^[\w.-]+/[\w.-]+ \S.*@ ?(v\d[\w.]*|[0-9a-f]{7,40})\b")
 
 
-def cited() -> dict[str, str]:
-    sources = {f"aiter door {i}": s for i, s in enumerate(aiter_door.SOURCES)}
-    sources.update({f"concat_mla_q {s.name}": s.citation("0.34.0") for s in CONCAT_SOURCES})
-    sources.update({"flashinfer": flashinfer_source(), "flashmla": flashmla_source()})
-    sources.update({f"sparse kernel {i}": s for i, s in enumerate(sparse_kernel_sources())})
+def cited() -> dict[str, tuple[str, bool]]:
+    """What each stand-in cites, and whether the installed release reaches it (without vLLM: none of the citations
+    that name the installed release's pins)."""
+    installed = importlib.util.find_spec("vllm") is not None
+    sources = {f"aiter door {i}": (s, installed) for i, s in enumerate(aiter_door.SOURCES)}
+    sources.update({f"concat_mla_q {s.name}": (s.citation("0.34.0"), True) for s in CONCAT_SOURCES})
+    sources["flashinfer"] = (flashinfer_source(), installed and _drives("vllm-flashinfer-sparse"))
+    sources["flashmla"] = (flashmla_source(), installed and _drives("vllm-flashmla-sparse"))
+    sources.update({f"sparse kernel {i}": (s, installed) for i, s in enumerate(sparse_kernel_sources())})
     return sources
 
 
 def test_every_stand_in_cites_a_versioned_source():
-    """With vLLM installed every citation names the version its release pins; without, the tables still hold one
-    (the AITER door's rows, each citing one of the door's sources)."""
-    installed = importlib.util.find_spec("vllm") is not None
-    for what, source in cited().items():
-        if installed or what.startswith(("concat_mla_q",)):
+    """Every citation the installed release reaches names the version its release pins; the AITER door's rows each
+    cite one of the door's sources."""
+    for what, (source, reached) in cited().items():
+        if reached:
             assert VERSIONED.match(source), f"{what} cites an unversioned source: {source}"
     for row in aiter_door.PRECONDITIONS:
         assert any(source.split("@")[0] in row.where for source in aiter_door.SOURCES), (
@@ -55,27 +58,20 @@ def test_the_pins_cover_the_installed_release():
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
     assert aiter_door.aiter_release() is not None, "add the installed vLLM's AITER_BRANCH to aiter_door.AITER_BUILT_BY"
-    assert "<no FlashMLA pin" not in flashmla_source() or not _drives_flashmla(), (
+    assert "<no FlashMLA pin" not in flashmla_source() or not _drives("vllm-flashmla-sparse"), (
         "add the installed vLLM's FlashMLA GIT_TAG to forward.sparse.FLASHMLA_BUILT_BY"
     )
-    assert "@v?" not in flashinfer_source() or not _drives_flashinfer(), "the installed vLLM pins no flashinfer"
+    assert "@v?" not in flashinfer_source() or not _drives("vllm-flashinfer-sparse"), (
+        "the installed vLLM pins no flashinfer"
+    )
 
 
-def _drives_flashmla() -> bool:
+def _drives(sibling: str) -> bool:
+    """Whether the installed release has ``sibling``'s forward, which the suite drives with its kernel stood in."""
     from fixtures.subjects import load_subject
     from fixtures.subjects.vllm.siblings import NotASiblingHere
 
     try:
-        return "nope_forward" in load_subject("vllm-flashmla-sparse").capabilities
-    except NotASiblingHere:
-        return False
-
-
-def _drives_flashinfer() -> bool:
-    from fixtures.subjects import load_subject
-    from fixtures.subjects.vllm.siblings import NotASiblingHere
-
-    try:
-        return "nope_forward" in load_subject("vllm-flashinfer-sparse").capabilities
+        return "nope_forward" in load_subject(sibling).capabilities
     except NotASiblingHere:
         return False

@@ -483,10 +483,10 @@ def test_a_float_cache_of_another_dtype_follows_what_the_release_builds(vllm_sub
     (``ForwardDomain.mixed_float_caches``); elsewhere it is not applicable, in vLLM's words.  The same float cache
     spelled as the model's dtype is served everywhere and handed on as stored."""
     from fixtures.protocol import forward_domain
-    from fixtures.subjects.vllm.forward.base import builds_mixed_float_caches
+    from fixtures.subjects.vllm.forward.base import builds_float_cache
 
-    builds = builds_mixed_float_caches()
-    assert forward_domain(vllm_subject).mixed_float_caches == builds
+    builds = builds_float_cache(model, cache)
+    assert ((model, cache) in forward_domain(vllm_subject).mixed_float_caches) == builds
     if builds:
         config, _ = new_forward(vllm_subject, forward_case(model=model, kv_cache_dtype=cache), device)
         assert config.kv_dtype == getattr(torch, cache) != model
@@ -521,17 +521,25 @@ def reproduce_forward_finding(vllm_subject, device, c, raised, key: str, on_gpu:
     return info.value
 
 
+# What vLLM 0.34.0's producers hand forward_mqa (tests/selfvalidation/test_producers.py): the input a release whose
+# producers cannot be asked alone is given instead, as vLLM 0.34.0 makes it.  producer index -> model -> ql dtype
+PRODUCED_ON_0_34 = {0: {torch.bfloat16: torch.bfloat16, torch.float16: torch.float16},
+                    1: {torch.bfloat16: torch.bfloat16, torch.float16: torch.bfloat16}}  # fmt: skip
+
+
 def produced_case(vllm_subject, producer_index: int, model, rope: int, **kw) -> ForwardCase:
     """A forward case whose ``ql_nope`` is what vLLM's own producer (``PRODUCERS[producer_index]``) hands
     ``forward_mqa`` for a layer of ``model`` and ``rope`` (:mod:`fixtures.subjects.vllm.producers`): its dtype,
-    and a contiguous token-major layout, checked."""
+    and a contiguous token-major layout, checked; where the installed release's producers cannot be asked alone
+    (no ``MLAAttention._prepare_mqa_query`` before 0.34.0), what vLLM 0.34.0's make (:data:`PRODUCED_ON_0_34`)."""
     from fixtures.subjects.vllm.producers import PRODUCERS, NotProducedHere
 
     try:
         q = vllm_subject.produced_query(PRODUCERS[producer_index], model_dtype=model, qk_rope_head_dim=rope)
-    except NotProducedHere as exc:
-        pytest.skip(f"not applicable: vLLM {vllm_subject.version}: {exc}")
+    except NotProducedHere:
+        return forward_case(lora=512, rope=rope, model=model, ql_dtype=PRODUCED_ON_0_34[producer_index][model], **kw)
     assert q.ql_contiguous and q.ql_shape[1:] == (16, 512), q
+    assert q.ql_dtype == PRODUCED_ON_0_34[producer_index][model], f"revisit PRODUCED_ON_0_34: {q}"
     return forward_case(lora=512, rope=rope, model=model, ql_dtype=q.ql_dtype, **kw)
 
 
@@ -557,7 +565,7 @@ def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subj
         pytest.skip(f"not applicable: vLLM {vllm_subject.version} builds no concat_mla_q")
     c = forward_case(m=4, t=2, lora=512, rope=64, ql_dtype=torch.float16)
     stable = installed.source is STABLE
-    raised = r"expected scalar type \S+Half but found BFloat16" if stable else r"concat_mla_q at \S+ breaking"
+    raised = r"expected scalar type \S*Half but found BFloat16" if stable else r"concat_mla_q at \S+ breaking"
     on_gpu = "the op's own kernel runs"
     error = RuntimeError if stable else AssertionError
     reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu, error)
@@ -745,6 +753,8 @@ def test_a_file_without_aiters_triton_route_keeps_work_metadata_for_a_layer_made
         return run_suite_in("--subject=vllm", f"--vllm-overlay={tmp_path / name}", "--baseline=none", repo(node))
 
     run = run_on(WITHOUT_AITER_TRITON_ROUTE, "without-route")
+    if run.ret == 4 and "targets another vLLM release" in run.out:
+        pytest.skip(f"not applicable: the post-change file does not load here: {run.out.strip()[-300:]}")
     assert run.ret == 0 and "carries persistent work metadata" not in run.out, run.out[-3000:]
     # the control: the route kept, its builder no longer reading the switch, is failed for the metadata it keeps
     run = run_on(WITHOUT_AITER_TRITON_ROUTE[:1], "builder-ignores-the-route")
