@@ -23,6 +23,7 @@ writes ``junit-*.xml`` there, and the kill-matrix selftest
   (of which: Triton's interpreter, hypothesis' data generation and shrinking);
 * ``cost-tests``: the tests that cost the most CPU over all those runs;
 * ``seeds``: the random-seed gate's runs of that CI run (``seed-gate/seeds.jsonl``);
+* ``fixes``: the fix check's outcome (``fixes/fixes.json`` of ``tools/verify_fixes.py``);
 * ``mutation``: the line-scoped mutation run's summary
   (``vllm-mutants/report.json``);
 * ``forward-sizes``: per forward property and run, the largest ``forward_mqa`` (tokens), the widest top-k,
@@ -382,6 +383,19 @@ def seed_rows(reports: Path) -> list[str] | None:
     return rows
 
 
+def fix_rows(reports: Path) -> list[str] | None:
+    """Each fix check of the run (``fixes/fixes.json`` of ``tools/verify_fixes.py``): the findings whose fixes were
+    laid over the file together, and whether they held (and why not)."""
+    path = reports / "fixes" / "fixes.json"
+    if not path.exists():
+        return None
+    rows = ["| findings fixed | the fixes hold | why not |", "| --- | --- | --- |"]
+    for outcome in json.loads(path.read_text()):
+        keys = ", ".join(f"`{k}`" for k in outcome["keys"])
+        rows.append(f"| {keys} | {'yes' if outcome['ok'] else 'NO'} | {'; '.join(outcome['why'])} |")
+    return rows
+
+
 GENERATORS = {
     "sizes": size_rows,
     "forward-sizes": forward_size_rows,
@@ -395,6 +409,7 @@ GENERATORS = {
     "cost-tests": cost_test_rows,
     "mutation": mutation_rows,
     "seeds": seed_rows,
+    "fixes": fix_rows,
 }
 
 

@@ -779,19 +779,26 @@ def finding(key: str):
     return next(f for f in ALL_FINDINGS if f.key == key)
 
 
+def ledger_finding_where_recorded(subject, key: str, clause: str, problem: str | None) -> None:
+    """The ledger finding ``key`` reproduces (``clause`` reports ``problem``) exactly on the releases its record
+    lists: where it does, the report is the finding's and the installed release is listed; where it does not, the
+    release is not listed."""
+    known = finding(key)
+    if problem is None:
+        assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
+        return
+    assert known.matches(subject, clause=clause, problem=problem), problem
+    assert_seen_on(known, subject.version)
+
+
 def test_the_builder_uploads_req_id_from_pinned_memory_unless_recorded(device):
     """Finding ``rocm-sparse-pageable-upload``, pinned where it reproduces: the device path's upload of
     ``req_id_per_token`` out of pageable memory (a mixed step); every other release uploads it pinned."""
     from oracles import device_work as contract
 
     subject, steps = released_builder_program(device, [make_batch([1, 2], [3, 4])], topk=4)
-    known = finding("rocm-sparse-pageable-upload")
     problem = contract.device_uploads_pinned(steps[0].ledger)
-    if problem is None:
-        assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
-        return
-    assert known.matches(subject, clause="device path uploads", problem=problem), problem
-    assert_seen_on(known, subject.version)
+    ledger_finding_where_recorded(subject, "rocm-sparse-pageable-upload", "device path uploads", problem)
 
 
 def test_the_persistent_work_metadata_rebuild_is_synchronised_unless_recorded(device):
@@ -803,13 +810,10 @@ def test_the_persistent_work_metadata_rebuild_is_synchronised_unless_recorded(de
     subject, steps = released_builder_program(device, [make_batch([1, 1], [70, 74])], topk=64, layer=NO_SINKS)
     if not any(op.what == contract.REBUILD for op in steps[0].ledger.ops):
         pytest.skip(f"not applicable: vLLM {subject.version}'s builder keeps no persistent work metadata here")
-    known = finding("rocm-sparse-persistent-rebuild-unsynchronised")
     problem = contract.rebuild_synced(steps[0].ledger)
-    if problem is None:
-        assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
-        return
-    assert known.matches(subject, clause="persistent rebuild", problem=problem), problem
-    assert_seen_on(known, subject.version)
+    ledger_finding_where_recorded(
+        subject, "rocm-sparse-persistent-rebuild-unsynchronised", "persistent rebuild", problem
+    )
 
 
 def test_the_persistent_work_metadata_key_sees_the_context_where_recorded(device):
