@@ -28,7 +28,8 @@ class SplitRule:
     decode_threshold: int | None
     require_uniform: bool = False
     # with require_uniform, a zero-length request past the first is a CUDA-graph pad request, never the first
-    # prefill (vLLM 0.32.0's rule; before it such a request ended the decodes: releases_pads_stay_decodes)
+    # prefill (vLLM 0.31.0's rule; before it, a request of 0 ended the decodes unless every other request was
+    # uniform: releases_pads_stay_decodes)
     pads_stay_decodes: bool = True
 
     def describe(self) -> str:
@@ -47,7 +48,8 @@ def split(query_start_loc, num_actual_tokens: int, max_query_len: int, rule: Spl
     Decodes are the leading requests up to the first prefill: a request longer
     than the threshold, or, with ``require_uniform``, one whose query length is
     neither the first request's nor 0 (a CUDA-graph pad request; before vLLM
-    0.32.0, ``pads_stay_decodes`` False, a request of 0 too); a batch whose
+    0.31.0, ``pads_stay_decodes`` False, a request of 0 too, unless every
+    request is of the first's length or 0: all decodes then); a batch whose
     longest query is within the threshold (and, uniform, a threshold of 1) is all
     decodes, its ``num_actual_tokens`` (pad tokens included) decode tokens.
     """
@@ -62,7 +64,9 @@ def split(query_start_loc, num_actual_tokens: int, max_query_len: int, rule: Spl
     if q[0] > t:
         return 0, num_reqs, 0
     if rule.require_uniform:
-        is_prefill = (q != q[0]) & (q != 0) if rule.pads_stay_decodes else q != q[0]
+        is_prefill = (q != q[0]) & (q != 0)
+        if is_prefill.any() and not rule.pads_stay_decodes:
+            is_prefill = q != q[0]
     else:
         is_prefill = q > t
     if not is_prefill.any():
@@ -72,8 +76,9 @@ def split(query_start_loc, num_actual_tokens: int, max_query_len: int, rule: Spl
 
 
 # The first vLLM release whose split_decodes_and_prefills keeps a zero-length request among uniform decodes
-# (``is_prefill = (query_lens != query_lens[0]) & (query_lens != 0)``; 0.30.0 and earlier: ``!= query_lens[0]``
-# alone), read from each release's vllm/v1/attention/backends/utils.py.
+# (``is_prefill = (query_lens != query_lens[0]) & (query_lens != 0)``; 0.21.0 to 0.30.0: ``!= query_lens[0]``
+# alone, past a check that a batch of the first's length or 0 throughout is all decodes), read from each
+# release's vllm/v1/attention/backends/utils.py.
 PADS_STAY_DECODES_SINCE = (0, 31)
 
 

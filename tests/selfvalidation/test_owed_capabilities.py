@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fixtures.plugin.fresh_run import repo
@@ -134,6 +134,10 @@ def needs_vllm():
     threshold=st.sampled_from([1, 4, 128]),
     uniform=st.booleans(),
 )
+# a pad request after uniform decodes: all decodes on every release (0.21.0 to 0.30.0 by their all-uniform check)
+@example(lens=[1, 0], pad=0, threshold=4, uniform=True)
+# a pad request before a prefill: a decode from 0.31.0, the first prefill before it
+@example(lens=[2, 0, 3], pad=0, threshold=4, uniform=True)
 def test_the_split_oracle_is_vllms_split_decodes_and_prefills(lens, pad, threshold, uniform):
     """:func:`oracles.split.split` gives what vLLM's own function gives, for every threshold and
     uniformity its builders configure, on any query lengths (pad requests and pad tokens included)."""
