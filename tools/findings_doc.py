@@ -3,7 +3,7 @@
     python -m tools.findings_doc            # write docs/findings.md
     python -m tools.findings_doc --check    # exit 1 where docs/findings.md is not what the registries say
 
-Each finding of each subject (:func:`fixtures.harness.findings.registered_findings`) becomes one entry: what it is,
+Each finding of each subject (:func:`fixtures.subjects.registered_findings`) becomes one entry: what it is,
 the vLLM releases it reproduced on, the deployment in which vLLM's own code reaches it, what the code it runs into
 does as the release ships it, a reproducer, the fix as the diff a maintainer applies (verified by
 ``tools/verify_fixes.py``), and whether it was seen upstream.  A finding whose input no configuration of vLLM's own
@@ -16,7 +16,8 @@ import argparse
 import sys
 
 from fixtures import ROOT
-from fixtures.harness.findings import is_hazard, registered_findings
+from fixtures.findings import is_hazard
+from fixtures.subjects import registered_findings
 
 DOC = ROOT / "docs" / "findings.md"
 
@@ -30,7 +31,7 @@ INTRO = """\
 A failure against real code is either a suite defect (fixed in the suite) or a
 defect of the code, recorded in its subject's findings registry
 (`fixtures/subjects/<subject>/findings.py`), which the subject hands the suite
-through its `known_findings()` (`fixtures/harness/findings.py`'s docstring says
+through its `known_findings()` (`fixtures/findings.py`'s docstring says
 how a property passes over one: exactly the documented inputs, only while the
 failure is the documented one, with a warning and a hypothesis event). The
 verification summary lists such properties as "PROVEN EXCEPT KNOWN FINDINGS",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fixtures import ROOT
-from fixtures.harness.findings import registered_findings
+from fixtures.subjects import registered_findings
 from fixtures.subjects.vllm.loading.fixes import FixError, fixed_overlay
 
 
@@ -102,7 +102,7 @@ def run_fixed(
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
-        *(f"-Werror:known finding {f.key}:fixtures.harness.findings.KnownFindingWarning" for _, f in findings),
+        *(f"-Werror:known finding {f.key}:fixtures.findings.KnownFindingWarning" for _, f in findings),
         *extra,
     ]
     env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci")}

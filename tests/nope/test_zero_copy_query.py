@@ -34,8 +34,8 @@ from hypothesis import event, given, note, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
+from fixtures.findings import announce, match_output_finding
 from fixtures.harness.compare import assert_bits_equal
-from fixtures.harness.findings import announce, match_output_finding
 from fixtures.harness.forward import (
     ForwardRun,
     assert_handed_metadata,
@@ -142,7 +142,7 @@ def run_calls(c: ForwardCase, subject, device, *, watch: bool = False, twin: boo
     """``forward_mqa`` on the case's ``ql_nope``, then (both branches only) on its other-branch twin.
 
     Stops, after the finding's warning, when the branch taken is a known
-    finding's on these inputs (``fixtures.harness.findings``).  Yields nothing
+    finding's on these inputs (``fixtures.findings``).  Yields nothing
     for a call without tokens that handed nothing downstream."""
     only = getattr(subject, "query_in_model_dtype_only", None)
     if only and c.ql_dtype != c.model_dtype:

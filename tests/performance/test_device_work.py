@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
+from fixtures.findings import announce, match_ledger_finding
 from fixtures.harness.baseline import WithBaseline, unpaired
 from fixtures.harness.device_work import broken_host_clauses, host_steps, run_program, run_program_on_real_stream
-from fixtures.harness.findings import announce, match_ledger_finding
 from fixtures.inputs import sizes
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.steps import (
@@ -95,7 +95,7 @@ def run(subject, device, batches, topk, m=None, **kwargs):
 
 def check(problem, ledger, clause, expected, subject=None):
     """``clause`` holds (``problem`` is None), or its breach is a known finding of ``subject``'s (announced and passed
-    over: :func:`fixtures.harness.findings.match_ledger_finding`)."""
+    over: :func:`fixtures.findings.match_ledger_finding`)."""
     if problem is not None and subject is not None:
         finding = match_ledger_finding(unpaired(subject), clause=clause, problem=problem)
         if finding is not None:

@@ -11,7 +11,8 @@ import importlib.util
 import pytest
 
 from fixtures import ROOT
-from fixtures.harness.findings import is_hazard, registered_findings
+from fixtures.findings import is_hazard
+from fixtures.subjects import registered_findings
 from fixtures.subjects.vllm.loading.fixes import FixError, apply, fixed_overlay, parse
 from fixtures.subjects.vllm.loading.imports import installed_vllm_version
 from tools import findings_doc

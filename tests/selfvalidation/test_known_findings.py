@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from fixtures.harness.findings import match_builder_finding, match_forward_finding
+from fixtures.findings import match_builder_finding, match_forward_finding
 from fixtures.protocol import known_findings
 from fixtures.subjects.reference import ReferenceSubject
 from fixtures.subjects.vllm_rocm_aiter_sparse.findings import ALL_FINDINGS, FORWARD_FINDINGS, KNOWN_FINDINGS

@@ -1,7 +1,8 @@
 """The suite's layers: imports point one way and form no cycle.
 
 Bottom to top: ``oracles`` (what is right), ``fixtures.protocol`` (what a
-subject is), ``fixtures.outcomes`` (how a run's problems are classed), ``fixtures.inputs``, ``fixtures.models`` (stand-ins for a GPU),
+subject is), ``fixtures.outcomes`` (how a run's problems are classed), ``fixtures.findings`` (how a known finding
+is matched and passed over), ``fixtures.inputs``, ``fixtures.models`` (stand-ins for a GPU),
 ``fixtures.subjects``, ``fixtures.bench`` (what the benchmarks share),
 ``fixtures.harness``, ``fixtures.plugin``, ``tools``.
 A module may import its own layer and those below; imports under ``if
@@ -23,6 +24,7 @@ LAYERS = (
     "fixtures",  # the bare package (its __init__ imports nothing)
     "fixtures.protocol",
     "fixtures.outcomes",
+    "fixtures.findings",
     "fixtures.inputs",
     "fixtures.models",
     "fixtures.subjects",
