@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+import torch
 
 from fixtures.inputs.batches import make_batch
 from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
@@ -86,3 +87,38 @@ def test_the_persistent_work_metadata_key_sees_the_context_where_recorded(device
         assert_seen_on(known, VllmSubject().version)
         return
     assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
+
+
+def test_a_rope_free_layer_on_a_float_cache_of_another_dtype_where_recorded(device):
+    """Finding ``rocm-sparse-float-cache-of-another-dtype``, pinned where it reproduces: a bf16 layer without a rope
+    part on a float16 cache.  Where the release's VllmConfig builds that cache, its forward hands vLLM's Triton
+    sparse MLA kernel a bf16 query and an fp16 cache (the launcher's stand-in refuses what the kernel's dot refuses:
+    ``test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses``) and the release is listed; where the
+    configuration refuses the cache, the layer is not applicable in vLLM's words and the release is not listed."""
+    from fixtures.findings import match_forward_finding
+    from fixtures.harness.forward import new_forward
+    from fixtures.inputs.forward_cases import ForwardCase, build_inputs
+    from fixtures.protocol import NOPE_FORWARD, ForwardNotApplicable
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
+    subject = VllmSubject()
+    if NOPE_FORWARD not in subject.capabilities:
+        pytest.skip(f"not applicable: {subject.capability_notes[NOPE_FORWARD]}")
+    if device.type != "cpu":
+        pytest.skip("not applicable: on a GPU the real kernel runs (its refusal: the selftest the docstring names)")
+    known = finding("rocm-sparse-float-cache-of-another-dtype")
+    c = ForwardCase(4, 2, num_heads=16, kv_lora_rank=512, qk_rope_head_dim=0, model_dtype=torch.bfloat16,
+                    ql_dtype=torch.bfloat16, kv_cache_dtype="float16", num_actual_tokens=2)  # fmt: skip
+    try:
+        _, forward = new_forward(subject, c, device)
+    except ForwardNotApplicable as exc:
+        assert "does not build a 'float16' cache" in str(exc), exc  # the release's configuration refuses it
+        assert subject.version not in known.seen_on, f"vLLM {subject.version} refuses the layer: {exc}"
+        return
+    inputs = build_inputs(c, device)
+    with pytest.raises(AssertionError, match=known.message) as info:
+        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
+    on = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype, ql_dtype=c.ql_dtype)
+    assert match_forward_finding(subject, info.value, **on) is known, info.value
+    assert_seen_on(known, subject.version)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fixtures import ROOT
-from fixtures.harness.findings import match_forward_finding
+from fixtures.findings import match_forward_finding
 from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
@@ -376,8 +376,9 @@ def test_the_layer_has_the_fp8_concat_op_whatever_its_cache_dtype(vllm_subject, 
 
 def test_forward_runs_vllms_remap_kernel_and_hands_on_the_protocols_indices(vllm_subject, device):
     """vLLM's own top-k remap kernel rebuilds paged_kv_indices, and what reaches the
-    downstream attention is the step's metadata (the adapter asserts it bit for bit)."""
-    c = forward_case(m=5, t=4, num_actual_tokens=3, seed=3)
+    downstream attention is the step's metadata (the adapter asserts it bit for bit).  The query of the step's
+    tokens, as MLAAttention slices it (``q[:num_actual_toks]``) before forward_mqa."""
+    c = forward_case(m=5, t=4, num_actual_tokens=4, seed=3)
     config, forward = new_forward(vllm_subject, c, device)
     inputs = build_inputs(c, device)
     with count_triton_launches() as launches:
@@ -475,11 +476,34 @@ def test_vllm_0_33_fp8_branch_raises_on_an_empty_batch(vllm_subject, device):
     assert_seen_on(finding, vllm_subject.version)
 
 
+def test_each_configuration_is_made_from_a_model_config_no_other_has_read(vllm_subject, device):
+    """Every ``VllmConfig`` the suite makes gets a ``ModelConfig`` of its own, as each engine does: vLLM's
+    ``__post_init__`` marks the one it reads (``config_updated``) and never runs the model's hook on it again, so a
+    shared one made the second configuration of a layer differ from the first (DeepSeek-V3.2's hook, rewriting a
+    "bfloat16" cache under an fp16 model to "auto", ran for the first only)."""
+    from fixtures.subjects.vllm.config import vllm_config
+
+    def make(cache_dtype="auto"):
+        return vllm_config(device=device, max_num_batched_tokens=8, topk=64, dtype=torch.float16,
+                           block_size=1, cache_dtype=cache_dtype)  # fmt: skip
+
+    first, second = make(), make()
+    assert first.model_config is not second.model_config
+    assert first.model_config.config_updated and second.model_config.config_updated, "each one read by its config"
+    outcomes = []
+    for _ in range(2):  # the same layer asked twice is answered the same
+        try:
+            outcomes.append(make("bfloat16").cache_config.cache_dtype)
+        except SuiteError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1], outcomes
+
+
 @pytest.mark.parametrize("model, cache", [(torch.float16, "bfloat16"), (torch.bfloat16, "float16")])
 def test_a_float_cache_of_another_dtype_follows_what_the_release_builds(vllm_subject, device, model, cache):
     """A float cache of another dtype than the model's is a layer of the release's deployments exactly where the
-    release's configuration builds it (``VllmConfig``: vLLM 0.34.0 refuses one, or makes it store the model's;
-    earlier releases build it): there the forward is made with it and the strategies draw it
+    release's configuration builds it (``VllmConfig``: each release makes a "bfloat16" one under an fp16 model store
+    the model's; 0.33.0 and later refuse a "float16" one under a bf16 model, earlier releases build it): there the forward is made with it and the strategies draw it
     (``ForwardDomain.mixed_float_caches``); elsewhere it is not applicable, in vLLM's words.  The same float cache
     spelled as the model's dtype is served everywhere and handed on as stored."""
     from fixtures.protocol import forward_domain
@@ -571,6 +595,53 @@ def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subj
     reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu, error)
 
 
+def launch_vllms_ragged_sparse_kernel(kernel, q, kv) -> None:
+    """vLLM's ``_sparse_attn_prefill_ragged_kernel`` launched as its launcher launches it, over every key of ``kv``
+    for each query token (the arguments by the names of the installed release's signature)."""
+    import inspect
+
+    t, h, d = q.shape
+    n = kv.shape[0]
+    indices = torch.arange(n, dtype=torch.int32, device=q.device).repeat(t)
+    indptr = n * torch.arange(t + 1, dtype=torch.int32, device=q.device)
+    out = torch.empty_like(q)
+    strides = dict(zip(("q_stride_t", "q_stride_h", "q_stride_d"), q.stride(), strict=True))
+    strides.update(zip(("kv_stride_n", "kv_stride_d"), kv.stride(), strict=True))
+    strides.update(zip(("out_stride_t", "out_stride_h", "out_stride_d"), out.stride(), strict=True))
+    given = dict(q_ptr=q, kv_ptr=kv, kv_indices_ptr=indices, kv_indptr_ptr=indptr, out_ptr=out,
+                 attn_sink_ptr=torch.empty(1, device=q.device), num_heads=h, head_dim=d, num_kv=n, scale=d**-0.5,
+                 HAS_ATTN_SINK=False, OUT_DV=d, BLOCK_H=16, BLOCK_D=d, BLOCK_K=32, **strides)  # fmt: skip
+    names = list(inspect.signature(kernel.fn).parameters)
+    missing = [name for name in names if name not in given]
+    assert not missing, f"vLLM's {kernel.fn.__name__} takes {missing}, which this selftest does not know: revisit it"
+    kernel[(t, 1)](**{name: given[name] for name in names})
+
+
+def test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses(backend, device):
+    """The launcher's stand-in (:class:`SparseKernelOnCpu`) refuses a query and a cache of two float dtypes because
+    vLLM's own kernel does: its ``_sparse_attn_prefill_ragged_kernel`` (the Triton sparse MLA kernel the ROCm backend
+    sends a layer without a rope part to), launched here (Triton's interpreter on CPU, compiled on a GPU), fails on
+    a bf16 query and an fp16 cache with Triton's 'Both operands must be same dtype', and runs on one dtype."""
+    from fixtures.subjects.vllm_rocm_aiter_sparse.forward import SparseKernelOnCpu
+
+    ops = sys.modules.get("vllm.v1.attention.ops.rocm_aiter_mla_sparse")
+    kernel = getattr(ops, "_sparse_attn_prefill_ragged_kernel", None)
+    if kernel is None:
+        pytest.skip("not applicable: the installed vLLM has no _sparse_attn_prefill_ragged_kernel")
+    q = torch.randn(2, 2, 16, device=device)
+    kv = torch.randn(4, 16, device=device)
+    for dtype in (torch.bfloat16, torch.float16):
+        launch_vllms_ragged_sparse_kernel(kernel, q.to(dtype), kv.to(dtype))
+    with pytest.raises(Exception, match="Both operands must be same dtype"):
+        launch_vllms_ragged_sparse_kernel(kernel, q.to(torch.bfloat16), kv.to(torch.float16))
+    indptr = torch.tensor([0, 4, 8], dtype=torch.int32, device=device)
+    indices = torch.arange(4, dtype=torch.int32, device=device).repeat(2)
+    out = torch.empty(2, 2, 16, dtype=torch.bfloat16, device=device)
+    with pytest.raises(AssertionError, match="a torch.bfloat16 query and a torch.float16 cache"):
+        SparseKernelOnCpu()(q.to(torch.bfloat16), kv.to(torch.float16).view(4, 1, 16), 0.25, 16, 16, 0, None, out,
+                            ragged_indices=indices, ragged_indptr=indptr)  # fmt: skip
+
+
 def test_nope_capabilities_follow_the_installed_forward(vllm_subject):
     zero_copy = has_nope_zero_copy(getattr(vllm_subject.backend, IMPL))
     assert (NOPE_ZERO_COPY in vllm_subject.capabilities) == zero_copy
@@ -641,7 +712,7 @@ def test_overlay_device_path_crashes_on_a_padded_batch(device):
     4-token decodes, graph size 8) crashes copying 4 request ids into 8 slots; the
     release maps the pad tokens to request 0.  When this fails, vLLM has fixed it:
     drop the finding (fixtures/subjects/vllm_rocm_aiter_sparse/findings.py), this test and its entry in docs/findings.md."""
-    from fixtures.harness.findings import match_builder_finding
+    from fixtures.findings import match_builder_finding
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
