@@ -435,11 +435,18 @@ def test_the_fix_proposed_before_fails_flashinfers_check_of_out(run_suite_in, tm
 
 
 def test_flashinfer_sparse_forward_without_the_zero_copy_branch_before_0_30():
-    """The zero-copy capability is read from the installed impl's source: FlashInfer's forward has the
-    branch from vLLM 0.30.0 (in ``forward_mqa``; from 0.33.0 in ``_forward_mqa_kernel``)."""
+    """The forward is driven where vLLM would select FlashInfer's sparse backend for a NoPE layer: its declared head
+    sizes take 512 (0.21.0 to 0.29.0 declare [576] only, later releases none); the zero-copy capability is read from
+    the installed impl's source: FlashInfer's forward has the branch from vLLM 0.30.0 (in ``forward_mqa``; from
+    0.33.0 in ``_forward_mqa_kernel``)."""
     subject = sibling("vllm-flashinfer-sparse")
     release = tuple(int(part) for part in installed_vllm_version().split("+")[0].split(".")[:2])
-    assert (NOPE_ZERO_COPY in subject.capabilities) == (release >= (0, 30)) and NOPE_FORWARD in subject.capabilities
+    declared = getattr(subject.backend, subject.forward_backend).get_supported_head_sizes()
+    serves_nope = not declared or 512 in declared
+    assert (NOPE_FORWARD in subject.capabilities) == serves_nope
+    assert (NOPE_ZERO_COPY in subject.capabilities) == (serves_nope and release >= (0, 30))
+    if not serves_nope:
+        assert f"serves head sizes {sorted(declared)}" in subject.capability_notes[NOPE_FORWARD]
 
 
 def test_flashinfer_sparse_kernel_lengths_accept_only_the_guard_of_an_empty_row():
