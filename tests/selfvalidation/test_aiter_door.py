@@ -73,10 +73,15 @@ def test_a_head_count_without_a_kernel_is_refused_naming_aiters_line():
     aiter_door.mla_decode_fwd(q, kv, o, qo, kv_indptr, kv_indices, last, 1, **persistent(buffers))
 
 
-def test_an_fp16_query_is_refused():
+def test_an_fp16_query_is_refused_and_so_is_an_fp16_cache():
+    """AITER's ASM decode has no fp16 kernel: it checks the query's dtype, then the cache's (asm_mla.cu)."""
     q, kv, o, qo, kv_indptr, kv_indices, last = decode_args(dtype=torch.float16)
-    with pytest.raises(AiterRejects, match="q and kv_buffer are bf16 or the arch's fp8"):
+    with pytest.raises(AiterRejects, match="q is bf16 or the arch's fp8"):
         aiter_door.mla_decode_fwd(q, kv, o, qo, kv_indptr, kv_indices, last, 1)
+    with pytest.raises(AiterRejects, match="q is bf16 or the arch's fp8"):
+        aiter_door.mla_decode_fwd(q, kv.bfloat16(), o, qo, kv_indptr, kv_indices, last, 1)
+    with pytest.raises(AiterRejects, match="kv_buffer is bf16, the arch's fp8 or bytes"):
+        aiter_door.mla_decode_fwd(q.bfloat16(), kv, o, qo, kv_indptr, kv_indices, last, 1)
 
 
 def test_work_metadata_built_for_another_step_is_stale_and_a_rebuild_is_fresh():

@@ -1,7 +1,7 @@
-"""The findings of vLLM releases' own builder files (docs/findings.md), each pinned where it reproduces: the release
-matrix runs these on every release (``tox -m vllm-releases``), where a release that reproduces one its record does
-not list, or stops reproducing one it does, fails.  CI's release (0.34.0) reproduces none of them, so CI leaves
-this file to the matrix.  Needs vLLM (skips without it)."""
+"""The findings of vLLM releases' own files (docs/findings.md), each pinned where it reproduces: the release matrix
+runs these on every release (``tox -m vllm-releases``), where a release that reproduces one its record does not
+list, or stops reproducing one it does, fails.  CI's release (0.34.0) reproduces none of them, so CI leaves this
+file to the matrix.  Needs vLLM (skips without it)."""
 
 from __future__ import annotations
 
@@ -89,12 +89,15 @@ def test_the_persistent_work_metadata_key_sees_the_context_where_recorded(device
     assert subject.version not in known.seen_on, f"{known.key} no longer reproduces on vLLM {subject.version}"
 
 
-def test_a_rope_free_layer_on_a_float_cache_of_another_dtype_where_recorded(device):
-    """Finding ``rocm-sparse-float-cache-of-another-dtype``, pinned where it reproduces: a bf16 layer without a rope
-    part on a float16 cache.  Where the release's VllmConfig builds that cache, its forward hands vLLM's Triton
-    sparse MLA kernel a bf16 query and an fp16 cache (the launcher's stand-in refuses what the kernel's dot refuses:
-    ``test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses``) and the release is listed; where the
-    configuration refuses the cache, the layer is not applicable in vLLM's words and the release is not listed."""
+@pytest.mark.parametrize("rope", [0, 64], ids=["rope-free", "rope"])
+def test_a_bf16_layer_on_a_float16_cache_where_recorded(device, rope):
+    """Finding ``rocm-sparse-float-cache-of-another-dtype``, pinned where it reproduces: a bf16 layer on a float16
+    cache.  Where the release's VllmConfig builds that cache, its forward hands a kernel an fp16 cache it has none
+    for: without a rope part, vLLM's Triton sparse MLA kernel a bf16 query and an fp16 cache (the launcher's
+    stand-in refuses what the kernel's dot refuses:
+    ``test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses``); with one, AITER's ASM decode an fp16
+    kv_buffer (its door refuses it, as asm_mla.cu does); and the release is listed.  Where the configuration
+    refuses the cache, the layer is not applicable in vLLM's words and the release is not listed."""
     from fixtures.findings import match_forward_finding
     from fixtures.harness.forward import new_forward
     from fixtures.inputs.forward_cases import ForwardCase, build_inputs
@@ -106,9 +109,9 @@ def test_a_rope_free_layer_on_a_float_cache_of_another_dtype_where_recorded(devi
     if NOPE_FORWARD not in subject.capabilities:
         pytest.skip(f"not applicable: {subject.capability_notes[NOPE_FORWARD]}")
     if device.type != "cpu":
-        pytest.skip("not applicable: on a GPU the real kernel runs (its refusal: the selftest the docstring names)")
+        pytest.skip("not applicable: on a GPU the real kernels run (their refusals: the selftests the docstring names)")
     known = finding("rocm-sparse-float-cache-of-another-dtype")
-    c = ForwardCase(4, 2, num_heads=16, kv_lora_rank=512, qk_rope_head_dim=0, model_dtype=torch.bfloat16,
+    c = ForwardCase(4, 2, num_heads=16, kv_lora_rank=512, qk_rope_head_dim=rope, model_dtype=torch.bfloat16,
                     ql_dtype=torch.bfloat16, kv_cache_dtype="float16", num_actual_tokens=2)  # fmt: skip
     try:
         _, forward = new_forward(subject, c, device)
@@ -117,7 +120,8 @@ def test_a_rope_free_layer_on_a_float_cache_of_another_dtype_where_recorded(devi
         assert subject.version not in known.seen_on, f"vLLM {subject.version} refuses the layer: {exc}"
         return
     inputs = build_inputs(c, device)
-    with pytest.raises(AssertionError, match=known.message) as info:
+    refused = "Triton sparse MLA kernel's launcher" if rope == 0 else "kv_buffer is bf16, the arch's fp8 or bytes"
+    with pytest.raises(AssertionError, match=refused) as info:
         forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
     on = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype, ql_dtype=c.ql_dtype)
     assert match_forward_finding(subject, info.value, **on) is known, info.value

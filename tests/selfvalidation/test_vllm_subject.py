@@ -451,7 +451,7 @@ def test_bf16_copy_with_rope_goes_through_concat_mla_q_and_its_checks(vllm_subje
     config, forward = new_forward(vllm_subject, fp16, device)
     inputs = build_inputs(fp16, device)
     # as written, the copy reaches AITER's decode, which has no fp16 kernel (finding aiter-decode-fp16-query)
-    with pytest.raises(AssertionError, match="q and kv_buffer are bf16 or the arch's fp8"):
+    with pytest.raises(AssertionError, match="q is bf16 or the arch's fp8"):
         run_forward(config, forward, inputs.ql_nope, inputs)
     assert forward.path_of(forward.handed[-1], inputs.ql_nope) == "copy"
 
@@ -573,7 +573,7 @@ def test_an_fp16_rope_layer_reaches_aiters_decode_with_an_fp16_query(vllm_subjec
     _forward_mla and torch op; AITER has no fp16 kernel (the door's precondition, cited from AITER's asm_mla.cu).
     Where vLLM routes fp16 elsewhere, or serves no fp16 model, this test fails: drop it and the finding."""
     c = produced_case(vllm_subject, 0, torch.float16, 64, m=4, t=2)
-    raised = r"mla_decode_fwd arguments it rejects: q and kv_buffer"
+    raised = r"mla_decode_fwd arguments it rejects: q is bf16 or the arch's fp8"
     reproduce_forward_finding(vllm_subject, device, c, raised, "aiter-decode-fp16-query", "AITER's own decode runs")
 
 
