@@ -372,8 +372,10 @@ def test_a_context_growing_to_the_top_k_rebuilds_the_persistent_work_metadata(su
     moves ([0, 63, 127, ...], then [0, 64, 128, ...]), so the second step rebuilds AITER's work metadata, and each
     step's metadata is the one built from its own indptrs (the step checks AITER's door's stamp).  A cache
     key that clamps the context from below sees nothing change (the function-scoped mutation run's
-    survivor: build's ``np.minimum`` of the context lengths as ``np.maximum``)."""
+    survivor: build's ``np.minimum`` of the context lengths as ``np.maximum``).  Not applicable to a file that hands
+    no work metadata to such steps (they are chunked-prefill continuations)."""
     require_persistent_work_metadata(subject, device)
+    require_expectation(subject, "work_metadata_every_step")
     batches = [make_batch([2, 2], [64, 64]), make_batch([2, 2], [65, 65])]
     steps = run_program(unpaired(subject), device, batches, m=builder_m(batches), topk=64, layer=NO_SINKS)
     assert all(s.persistent for s in steps), "a step of a layer without sinks carried no persistent work metadata"

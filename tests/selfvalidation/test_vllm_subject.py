@@ -830,3 +830,27 @@ def test_a_file_without_aiters_triton_route_keeps_work_metadata_for_a_layer_made
     # the control: the route kept, its builder no longer reading the switch, is failed for the metadata it keeps
     run = run_on(WITHOUT_AITER_TRITON_ROUTE[:1], "builder-ignores-the-route")
     assert run.ret == 1 and "a layer on AITER's Triton sparse MLA (use_aiter_sparse_mla" in run.out, run.out[-3000:]
+
+
+def test_a_builder_that_decides_per_step_whether_to_hand_work_metadata_lacks_it_on_every_step():
+    """The expectation that a layer without sinks carries AITER's work metadata on every step is read off the
+    builder's ``build``: one that decides it per step (``use_persistent``, as vLLM 0.25.1's does for chunked-prefill
+    continuations) lacks it, with the reason in vLLM's terms; one that always hands it on does not."""
+    from fixtures.subjects.vllm_rocm_aiter_sparse.subject import WORK_METADATA_EVERY_STEP, lacked_expectations
+
+    class Deciding:
+        def build(self, query_lens, seq_lens):
+            use_persistent = not any(q > 1 and s > q for q, s in zip(query_lens, seq_lens, strict=True))
+            return use_persistent
+
+    class Always:
+        def build(self, query_lens, seq_lens):
+            return True
+
+    module = types.SimpleNamespace(gpu_sync_allowed=None, _use_rocm_sparse_triton=None)
+    deciding = lacked_expectations(module, Deciding, {"_prev_metadata_key"}, "0.25.1")
+    assert (
+        list(deciding) == [WORK_METADATA_EVERY_STEP]
+        and "Deciding.build decides per step" in deciding[WORK_METADATA_EVERY_STEP]
+    )
+    assert lacked_expectations(module, Always, {"_prev_metadata_key"}, "0.26.0") == {}
