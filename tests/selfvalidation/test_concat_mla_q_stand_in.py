@@ -14,10 +14,10 @@ from fixtures.subjects.vllm.concat_mla_q import (
     SCALAR_NAMES,
     SHAPE_MESSAGES,
     SOURCES,
-    STABLE,
     binary_holds,
     concat_mla_q_on_cpu,
     installed_source,
+    torch_library,
     typed_pointer_message,
 )
 from fixtures.subjects.vllm.forward.base import CONCAT_MLA_Q_SHAPE_ERRORS
@@ -93,12 +93,14 @@ def test_without_tokens_the_op_returns_after_the_checks_its_source_makes_first(s
 
 @pytest.mark.parametrize("broken", ["q_pe", "q_out"])
 def test_mixed_dtypes_raise_from_the_typed_pointers_or_fail_as_raw_bits(source, broken):
-    """A ``q_pe`` or ``q_out`` in another dtype than ``ql_nope``'s: the stable ABI's typed pointer raises with its
-    message; the legacy kernel would read or write raw bits, a failure naming the assumption."""
+    """A ``q_pe`` or ``q_out`` in another dtype than ``ql_nope``'s: a typed pointer raises with its message (the
+    stable ABI's, spelled as the installed binary spells it; ATen's, bare); the legacy kernel would read or write
+    raw bits, a failure naming the assumption."""
     ql, pe, out = parts()
     args = (ql, pe.half(), out) if broken == "q_pe" else (ql, pe, out.half())
-    if source is STABLE:
-        with pytest.raises(RuntimeError, match=typed_pointer_message(BF16, torch.float16)):
+    if source.typed_pointers:
+        prefix = "" if source.pointer_check_in_torch else None
+        with pytest.raises(RuntimeError, match=typed_pointer_message(BF16, torch.float16, prefix)):
             concat_mla_q_on_cpu(*args, source)
     else:
         with pytest.raises(AssertionError, match="q_pe and q_out in ql_nope's dtype"):
@@ -131,16 +133,22 @@ def test_the_installed_binary_names_the_source_and_holds_every_message_the_stand
         pytest.skip("no extension of the installed vLLM registers concat_mla_q (its backends never call it)")
     if installed.source is not source:
         pytest.skip(f"the installed vLLM builds concat_mla_q from the {installed.source.name} source")
-    other = next(s for s in SOURCES if s is not source)
     messages = [*SHAPE_MESSAGES, source.dtype_check]
-    if source.typed_pointers:
-        messages += [
-            typed_pointer_message(d, BF16, installed.scalar_prefix).removesuffix("BFloat16")
-            for d in SCALAR_NAMES
-            if d != torch.float32
-        ]
-    found = binary_holds(installed.binary, *(m.encode() for m in messages), other.marker.encode())
-    missing = [m for m, holds in zip(messages, found, strict=False) if not holds]
+    pointers = [
+        typed_pointer_message(d, BF16, installed.scalar_prefix).removesuffix("BFloat16")
+        for d in SCALAR_NAMES
+        if d != torch.float32 and source.typed_pointers
+    ]
+    if source.pointer_check_in_torch:  # ATen's TensorBase::data_ptr<T> builds it at run time from its parts
+        parts = ["expected scalar type ", " but found "]
+        assert all(binary_holds(torch_library(), *(p.encode() for p in parts))), f"{torch_library()} lacks {parts}"
+        assert installed.scalar_prefix == "", "ATen names the expected type bare"
+    else:
+        messages += pointers
+    found = binary_holds(installed.binary, *(m.encode() for m in messages))
+    missing = [m for m, holds in zip(messages, found, strict=True) if not holds]
     assert not missing, f"{installed.binary.name} lacks messages the stand-in raises: {missing}"
-    assert not found[-1], f"{installed.binary.name} also holds the {other.name} source's marker"
+    for other in (s for s in SOURCES if s is not source):  # no other source's identifying messages, or fewer
+        held = all(binary_holds(installed.binary, *(m.encode() for m in (other.marker, *other.also))))
+        assert not held or len(other.also) < len(source.also), f"it also holds the {other.name} source's messages"
     assert installed.citation.startswith(f"vllm-project/vllm {source.paths[0]} ") and "@ v" in installed.citation

@@ -582,16 +582,16 @@ def test_a_bf16_rope_layer_hands_concat_mla_q_a_query_of_another_dtype(vllm_subj
     with a rope part handed an fp16 ``ql_nope`` calls concat_mla_q with ``ql_nope`` fp16 and ``q_concat_buffer``
     bf16; the op the installed release builds raises on it (its stable-ABI typed pointers), or its legacy kernel
     would write raw bits (the stand-in's failure naming that).  Where vLLM converts first, this test fails."""
-    from fixtures.subjects.vllm.concat_mla_q import STABLE, installed_source
+    from fixtures.subjects.vllm.concat_mla_q import installed_source
 
     installed = installed_source()
     if installed is None:
         pytest.skip(f"not applicable: vLLM {vllm_subject.version} builds no concat_mla_q")
     c = forward_case(m=4, t=2, lora=512, rope=64, ql_dtype=torch.float16)
-    stable = installed.source is STABLE
-    raised = r"expected scalar type \S*Half but found BFloat16" if stable else r"concat_mla_q at \S+ breaking"
+    typed = installed.source.typed_pointers  # its typed pointers raise; else its kernel would write raw bits
+    raised = r"expected scalar type \S*Half but found BFloat16" if typed else r"concat_mla_q at \S+ breaking"
     on_gpu = "the op's own kernel runs"
-    error = RuntimeError if stable else AssertionError
+    error = RuntimeError if typed else AssertionError
     reproduce_forward_finding(vllm_subject, device, c, raised, "concat-mla-q-mixed-dtype", on_gpu, error)
 
 
