@@ -167,16 +167,18 @@ def test_the_record_merges_maxima_and_sums_crossings():
 
 def test_the_record_keeps_the_largest_forward_of_every_axis():
     """Forwards of one property on different axes: the most tokens, the widest top-k, the most live keys, the
-    key-pooled and the sink examples summed, every head count; the summary names the counts that do not divide
-    16."""
+    key-pooled, the sink and each switch's examples summed, every head count; the summary names the counts that do
+    not divide 16 and the switches set."""
     f = {"tokens": 1024, "widest_topk": 128, "live_keys": 4, "kpool": 0, "sinks": 3, "heads": [12, 1]}
-    g = {"tokens": 3, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "sinks": 1, "heads": [128, 1]}
-    merged = scale.merge([{"requests": 0, "tokens": 0, "m": 0, "crossed": {}, "forward": x} for x in (f, g)])
-    assert merged["forward"] == {"tokens": 1024, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "sinks": 4,
-                                 "heads": [1, 12, 128]}  # fmt: skip
+    g = {"tokens": 3, "widest_topk": 2048, "live_keys": 2048, "kpool": 2, "sinks": 1, "heads": [128, 1],
+         "switches": {"S": 5}}  # fmt: skip
+    merged = scale.merge([{"requests": 0, "tokens": 0, "m": 0, "crossed": {}, "forward": x} for x in (f, g, g)])
+    assert merged["forward"] == {"tokens": 1024, "widest_topk": 2048, "live_keys": 2048, "kpool": 4, "sinks": 5,
+                                 "switches": {"S": 10}, "heads": [1, 12, 128]}  # fmt: skip
     line = scale.describe(merged)
     assert "largest forward: 1024 tokens; widest top-k 2048, most live keys of a token 2048" in line
-    assert "key-pooled buffers in 2 examples" in line and "not dividing 16 or a multiple of it: [12]" in line
+    assert "key-pooled buffers in 4 examples" in line and "not dividing 16 or a multiple of it: [12]" in line
+    assert "layers made with a switch set: S in 10" in line
 
 
 def test_a_forward_call_is_recorded_with_its_live_keys():

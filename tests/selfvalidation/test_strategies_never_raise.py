@@ -31,7 +31,7 @@ from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, RuleBasedSt
 from fixtures import ROOT
 from fixtures.inputs import forward_cases, sizes
 from fixtures.plugin.profiles import LARGE_FLIPS, PROFILES
-from fixtures.protocol import ForwardDomain
+from fixtures.protocol import ForwardDomain, LayerSwitch
 
 # The folders whose properties run against a subject (fixtures.plugin.hooks marks them verification),
 # and the bad-input contracts, which draw the same batches.
@@ -49,6 +49,8 @@ DOMAINS = {
     "with sinks": ForwardDomain(sinks=True),
     # a backend whose kernels take multiples of 16 heads only (no padding): few of the drawn counts
     "16-aligned heads only": ForwardDomain(serves_heads=lambda heads: heads % 16 == 0),
+    # a deployment switch that picks a kernel, settable on some ranks only (vLLM ROCm's AITER Triton sparse MLA's)
+    "with a layer switch": ForwardDomain(switches=(LayerSwitch("A_KERNEL_SWITCH", lambda lora, rope: lora % 2 == 0),)),
 }
 
 

@@ -389,6 +389,31 @@ def test_forward_runs_vllms_remap_kernel_and_hands_on_the_protocols_indices(vllm
     assert (run.call.q is inputs.ql_nope) == zero_copy
 
 
+@pytest.mark.parametrize("switched", [False, True], ids=["switch-unset", "switch-set"])
+def test_the_kernel_a_layer_reaches_follows_the_cases_drawn_switch_alone(vllm_subject, device, switched):
+    """AITER's Triton sparse MLA switch is a field of the forward case (``ForwardCase.switches``: drawn, printed,
+    shrunk to unset), declared by the subject's forward domain where the file has that route: the same layer
+    reaches ``_forward_mla_aiter`` with it set and the default kernel without, whatever its sizes (the same
+    sizes once made the choice by their parity)."""
+    from fixtures.protocol import forward_domain
+    from fixtures.subjects.vllm_rocm_aiter_sparse.forward import AITER_KERNEL, TRITON_SPARSE_MLA_SWITCH
+
+    declared = [s.name for s in forward_domain(vllm_subject).switches]
+    if not hasattr(getattr(vllm_subject.backend, IMPL), AITER_KERNEL):
+        assert declared == [], "a file without AITER's Triton sparse MLA route declares no switch for it"
+        pytest.skip(f"not applicable: vLLM {vllm_subject.version}'s impl has no {AITER_KERNEL}")
+    assert declared == [TRITON_SPARSE_MLA_SWITCH]
+    routes = set()
+    for m, heads in ((4, 16), (5, 16), (4, 32), (5, 32)):  # each parity of the sizes
+        c = forward_case(m=m, t=2, heads=heads, lora=16, switches=(TRITON_SPARSE_MLA_SWITCH,) if switched else ())
+        config, forward = new_forward(vllm_subject, c, device)
+        inputs = build_inputs(c, device)
+        run_forward(config, forward, inputs.ql_nope, inputs)
+        routes.add(AITER_KERNEL in forward.route)
+        assert f"switches={c.switches!r}" in repr(c), "the switch must print with the case"
+    assert routes == {switched}, f"{AITER_KERNEL} reached: {routes} (switch {'set' if switched else 'unset'})"
+
+
 class MisMappedForward(VllmForward):
     """Hands vLLM a block table with each request's first two blocks swapped: still in range, but not the
     layout its top-k indices were written for, so the remapped indices must be caught."""
