@@ -98,10 +98,10 @@ def test_a_bf16_layer_on_a_float16_cache_where_recorded(device, rope):
     ``test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses``); with one, AITER's ASM decode an fp16
     kv_buffer (its door refuses it, as asm_mla.cu does); and the release is listed.  Where the configuration
     refuses the cache, the layer is not applicable in vLLM's words and the release is not listed."""
-    from fixtures.findings import match_forward_finding
     from fixtures.harness.forward import new_forward
-    from fixtures.inputs.forward_cases import ForwardCase, build_inputs
+    from fixtures.inputs.forward_cases import ForwardCase
     from fixtures.protocol import NOPE_FORWARD, ForwardNotApplicable
+    from tests.selfvalidation.test_vllm_subject import reproduce_forward_finding
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
@@ -114,15 +114,10 @@ def test_a_bf16_layer_on_a_float16_cache_where_recorded(device, rope):
     c = ForwardCase(4, 2, num_heads=16, kv_lora_rank=512, qk_rope_head_dim=rope, model_dtype=torch.bfloat16,
                     ql_dtype=torch.bfloat16, kv_cache_dtype="float16", num_actual_tokens=2)  # fmt: skip
     try:
-        _, forward = new_forward(subject, c, device)
+        new_forward(subject, c, device)
     except ForwardNotApplicable as exc:
         assert "does not build a 'float16' cache" in str(exc), exc  # the release's configuration refuses it
         assert subject.version not in known.seen_on, f"vLLM {subject.version} refuses the layer: {exc}"
         return
-    inputs = build_inputs(c, device)
     refused = "Triton sparse MLA kernel's launcher" if rope == 0 else "kv_buffer is bf16, the arch's fp8 or bytes"
-    with pytest.raises(AssertionError, match=refused) as info:
-        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
-    on = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype, ql_dtype=c.ql_dtype)
-    assert match_forward_finding(subject, info.value, **on) is known, info.value
-    assert_seen_on(known, subject.version)
+    reproduce_forward_finding(subject, device, c, refused, known.key, "the real kernels run")
