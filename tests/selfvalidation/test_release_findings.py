@@ -98,10 +98,9 @@ def test_a_bf16_layer_on_a_float16_cache_where_recorded(device, rope):
     ``test_the_sparse_kernel_stand_in_refuses_what_vllms_kernel_refuses``); with one, AITER's ASM decode an fp16
     kv_buffer (its door refuses it, as asm_mla.cu does); and the release is listed.  Where the configuration
     refuses the cache, the layer is not applicable in vLLM's words and the release is not listed."""
-    from fixtures.harness.forward import new_forward
+    from fixtures.harness.forward import new_forward, reproduce_forward_finding
     from fixtures.inputs.forward_cases import ForwardCase
     from fixtures.protocol import NOPE_FORWARD, ForwardNotApplicable
-    from tests.selfvalidation.test_vllm_subject import reproduce_forward_finding
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (tox -e vllm installs it)")
@@ -120,4 +119,5 @@ def test_a_bf16_layer_on_a_float16_cache_where_recorded(device, rope):
         assert subject.version not in known.seen_on, f"vLLM {subject.version} refuses the layer: {exc}"
         return
     refused = "Triton sparse MLA kernel's launcher" if rope == 0 else "kv_buffer is bf16, the arch's fp8 or bytes"
-    reproduce_forward_finding(subject, device, c, refused, known.key, "the real kernels run")
+    source = "rocm_aiter_mla_sparse.py"
+    reproduce_forward_finding(subject, device, c, refused, known.key, "the real kernels run", source=source)

@@ -19,6 +19,7 @@ import torch
 from fixtures import ROOT
 from fixtures.findings import match_forward_finding
 from fixtures.harness.forward import assert_handed_metadata, new_forward, run_forward
+from fixtures.harness.forward import reproduce_forward_finding as reproduce
 from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, spelled_as
@@ -551,23 +552,8 @@ def test_a_float_cache_of_another_dtype_follows_what_the_release_builds(vllm_sub
 
 
 def reproduce_forward_finding(vllm_subject, device, c, raised, key: str, on_gpu: str, error=AssertionError):
-    """``c``'s forward on CPU raises ``error`` matching ``raised`` (a regex) from vLLM's file, and that is the known
-    finding ``key``, listed for the installed release; on a GPU the real kernel runs (``on_gpu``: what it does
-    there)."""
-    config, forward = new_forward(vllm_subject, c, device)
-    if device.type != "cpu":
-        pytest.skip(f"not applicable: on a GPU {on_gpu}")
-    inputs = build_inputs(c, device)
-    with pytest.raises(error, match=raised) as info:
-        forward.forward_mqa((inputs.ql_nope, inputs.q_pe), inputs.kv_cache, inputs.metadata)
-    assert any("rocm_aiter_mla_sparse.py" in str(entry.path) for entry in info.traceback) or (
-        "rocm_aiter_mla_sparse.py" in str(info.value)
-    ), "the failure names vLLM's line that made the call"
-    inputs = dict(kv_cache_dtype=c.kv_cache_dtype, num_tokens=c.num_tokens, model_dtype=c.model_dtype)
-    finding = match_forward_finding(vllm_subject, info.value, **inputs, ql_dtype=c.ql_dtype)
-    assert finding is not None and finding.key == key, f"{info.value} is not the finding {key}"
-    assert_seen_on(finding, vllm_subject.version)
-    return info.value
+    """``fixtures.harness.forward.reproduce_forward_finding`` from vLLM's ROCm backend file."""
+    return reproduce(vllm_subject, device, c, raised, key, on_gpu, source="rocm_aiter_mla_sparse.py", error=error)
 
 
 # What vLLM 0.34.0's producers hand forward_mqa (tests/selfvalidation/test_producers.py): the input a release whose
