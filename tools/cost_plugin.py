@@ -6,7 +6,9 @@ worker writes ``PATH`` with ``.<worker>`` before the suffix).  It writes::
 
     {"process": {"startup_cpu": CPU seconds before pytest configured (interpreter start and imports),
                  "configure_cpu": ... in pytest_configure (the subject's imports: vLLM),
-                 "collection_cpu": ..., "collection_wall": ...},
+                 "collection_cpu": ..., "collection_wall": ...,
+                 "launch_replay": {"replayed", "ran", "unkeyed", "collisions"} (interpreted launches:
+                 fixtures.plugin.launch_replay)},
      "tests": {node id: {"wall", "cpu", "triton", "triton_launches", "generate", "shrink", "examples"}}}
 
 ``triton``: seconds inside Triton's interpreted kernel launches (``InterpretedFunction.run``; the
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.plugin import launch_replay
 from tools import worker_path
 
 _STATE: dict = {"triton": 0.0, "launches": 0, "stats": []}
@@ -154,6 +157,9 @@ def pytest_unconfigure(config):
         "collection_wall": round(cost.get("collection_wall", 0.0), 2),
         "total_cpu": round(time.process_time(), 2),
     }
+    replayer = launch_replay.installed()
+    if replayer is not None:
+        process["launch_replay"] = dict(replayer.stats)
     tests = {t: {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for t, r in cost["tests"].items()}
     cost["path"].parent.mkdir(parents=True, exist_ok=True)
     cost["path"].write_text(json.dumps({"process": process, "tests": tests}, indent=1))

@@ -149,7 +149,12 @@ def cost_runs(reports: Path) -> dict[str, dict]:
         run = runs.setdefault(name, {"process": {}, "tests": {}, "processes": 0})
         run["processes"] += 1  # an xdist controller too: it imports what its workers import
         for key, value in data["process"].items():
-            run["process"][key] = run["process"].get(key, 0.0) + value
+            if isinstance(value, dict):  # launch_replay: counts per outcome
+                counts = run["process"].setdefault(key, {})
+                for outcome, n in value.items():
+                    counts[outcome] = counts.get(outcome, 0) + n
+            else:
+                run["process"][key] = run["process"].get(key, 0.0) + value
         run["tests"].update(data["tests"])
     return runs
 
@@ -160,15 +165,18 @@ def cost_rows(reports: Path) -> list[str] | None:
         return None
     rows = [
         "| run | processes | imports (startup) | subject imports (configure) | collection | tests | "
-        "of which Triton interpreter | hypothesis generation | hypothesis shrinking | total CPU |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "of which Triton interpreter | launches replayed | hypothesis generation | hypothesis shrinking | total CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, run in runs.items():
         p, tests = run["process"], run["tests"].values()
         total = {key: sum(t[key] for t in tests) for key in ("cpu", "triton", "generate", "shrink")}
+        replay = p.get("launch_replay") or {}
+        launches = replay.get("replayed", 0) + replay.get("ran", 0) + replay.get("unkeyed", 0)
+        replayed = f"{replay.get('replayed', 0)} of {launches}" if launches else ""
         rows.append(
             f"| `{name}` | {run['processes']} | {p.get('startup_cpu', 0):.0f} s | {p.get('configure_cpu', 0):.0f} s "
-            f"| {p.get('collection_cpu', 0):.0f} s | {total['cpu']:.0f} s | {total['triton']:.0f} s "
+            f"| {p.get('collection_cpu', 0):.0f} s | {total['cpu']:.0f} s | {total['triton']:.0f} s | {replayed} "
             f"| {total['generate']:.0f} s | {total['shrink']:.0f} s | {p.get('total_cpu', 0):.0f} s |"
         )
     return rows
