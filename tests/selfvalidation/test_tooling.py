@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from fixtures.plugin.fresh_run import ROOT, repo
 from tools import bench_report
+from tools.fresh_run import ROOT, repo
 from tools.measurements import MeasurementsError, regenerate
 
 
@@ -190,14 +190,15 @@ def test_measurements_add_up_the_cost_of_a_run_and_its_workers(tmp_path):
     blank = dict(startup_cpu=0, configure_cpu=0, collection_cpu=0, collection_wall=0, total_cpu=1.0)
     test = dict(wall=1.0, cpu=1.0, triton=0.0, triton_launches=0, generate=0.0, shrink=0.0, examples=0)
     (tmp_path / "cost-vllm-overlay.json").write_text(cost(blank, {}))  # the xdist controller: no tests
-    for worker, cpu, triton in (("gw0", 100.0, 70.0), ("gw1", 40.0, 10.0)):
+    for worker, cpu, triton, replayed in (("gw0", 100.0, 70.0, 30), ("gw1", 40.0, 10.0, 5)):
         process = dict(startup_cpu=15.0, configure_cpu=2.0, collection_cpu=1.5, collection_wall=1.6, total_cpu=cpu + 20)
+        process["launch_replay"] = dict(replayed=replayed, ran=10, unkeyed=1, collisions=0)
         tests = {f"tests/a.py::test_{worker}": {**test, "cpu": cpu, "triton": triton, "generate": 1.25}}
         (tmp_path / f"cost-vllm-overlay.{worker}.json").write_text(cost(process, tests))
     doc = "<!-- generated: cost -->\n<!-- /generated -->\n<!-- generated: cost-tests -->\n<!-- /generated -->\n"
     text, missing = regenerate(doc, tmp_path)
     assert missing == []
-    assert "| `vllm-overlay` | 3 | 30 s | 4 s | 3 s | 140 s | 80 s | 2 s | 0 s | 181 s |" in text
+    assert "| `vllm-overlay` | 3 | 30 s | 4 s | 3 s | 140 s | 80 s | 35 of 57 | 2 s | 0 s | 181 s |" in text
     tests = [line for line in text.splitlines() if line.startswith("| `vllm-overlay` | `a.py::")]
     assert tests == [
         "| `vllm-overlay` | `a.py::test_gw0` | 100 s | 1 s | 70 s | 1.2 s | 0 |",
