@@ -8,9 +8,9 @@ import pytest
 from fixtures.harness.step import new_config, run_step
 from fixtures.inputs.batches import Batch, InvalidBatch, make_batch, validate_batch
 from fixtures.inputs.strategies import Case, cases
-from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import NUM_SPECULATIVE_TOKENS, SubjectError
 from fixtures.subjects import load_subject
+from tools.fresh_run import repo
 
 
 def raw_batch(**fields):

@@ -25,8 +25,8 @@ from hypothesis import find, settings
 
 from fixtures.harness.feeds import feed_batches
 from fixtures.outcomes import EXIT_SUITE_ERROR
-from fixtures.plugin.fresh_run import repo
 from fixtures.plugin.reporting import NOT_JUDGED, REFUSED, SUITE_ERRORS
+from tools.fresh_run import repo
 
 PROBES = """
 import pytest

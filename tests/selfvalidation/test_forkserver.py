@@ -1,4 +1,4 @@
-"""The fork server (``fixtures/plugin/forkserver.py``): each run imports its own overlay, leaves nothing
+"""The fork server (``tools/forkserver.py``): each run imports its own overlay, leaves nothing
 behind for the next, and a machine with a GPU gets fresh processes instead.
 
 The runs are real pytest runs of probe tests written into ``tmp_path``, with a
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import forkserver
-from fixtures.plugin.forkserver import Launcher, LauncherError, Run, choose_mode, env_refusal, fork_refusal
-from fixtures.plugin.fresh_run import ROOT, pytest_env
+from tools import forkserver
+from tools.forkserver import Launcher, LauncherError, Run, choose_mode, env_refusal, fork_refusal
+from tools.fresh_run import ROOT, pytest_env
 
 PROBE = """
 import os
@@ -150,7 +150,7 @@ class Probe(ReferenceSubject):
 @pytest.mark.nightly  # exercised whole per commit by CI's own mutation run (docs/running.md, 'Tiers')
 @pytest.mark.parametrize("subject", ["_probe_subject:Probe", "fixtures.subjects.mutants:no_topk_clamp"])
 def test_a_suite_run_forked_reads_as_the_fresh_run(pytester, run_suite_in, suite_run_servers, monkeypatch, subject):
-    """The self-tests' runs (fixtures/plugin/fresh_run.py, SuiteRun) fork from a server where no GPU is
+    """The self-tests' runs (tools/fresh_run.py, SuiteRun) fork from a server where no GPU is
     visible: a subject module in pytester's folder imports as in a fresh `python -m pytest` there, and
     the exit status, the per-test outcomes and the failure's report are the fresh run's."""
     pytester.makepyfile(_probe_subject=PROBE_SUBJECT)

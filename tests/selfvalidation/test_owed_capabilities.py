@@ -20,8 +20,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fixtures.plugin.fresh_run import repo
 from oracles.split import SplitRule, split
+from tools.fresh_run import repo
 
 HOST_PROPERTY = "tests/gating/test_gating_contract.py::test_cudagraph_padded_batches_follow_the_predicate"
 KERNEL_PROPERTY = "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"

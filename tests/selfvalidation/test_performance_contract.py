@@ -19,11 +19,11 @@ import pytest
 from hypothesis import Phase, settings
 
 from fixtures.models.ledger import DeviceOp, Ledger
-from fixtures.plugin.fresh_run import repo
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.mutants.performance import MUTANTS as PERFORMANCE
 from fixtures.subjects.reference import ReferenceSubject
 from oracles import device_work as contract
+from tools.fresh_run import repo
 
 CLAUSE_TESTS = "tests/performance/test_device_work.py"
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from fixtures.plugin.fresh_run import ROOT, repo
 from fixtures.protocol import PROTOCOL_VERSION
+from tools.fresh_run import ROOT, repo
 
 STEP_PROPERTY = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
 DECLARED = f"    protocol_version = {PROTOCOL_VERSION}  # the protocol it is written for\n"

@@ -20,10 +20,10 @@ from fixtures.harness.step import new_config, run_step
 from fixtures.inputs import sizes
 from fixtures.inputs.forward_cases import cache_dtypes, forward_cases, spelled_as
 from fixtures.inputs.strategies import bulk_seq_lens, cases
-from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import KV_CACHE_DTYPES, ForwardDomain
 from fixtures.subjects.mutants import MUTANTS
 from fixtures.subjects.reference import ReferenceSubject
+from tools.fresh_run import repo
 
 EXACT = settings(database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from fixtures.plugin.fresh_run import repo
+from tools.fresh_run import repo
 
 PROBE = """
 import pytest

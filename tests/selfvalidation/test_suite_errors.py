@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import pytest
 
 from fixtures.outcomes import EXIT_SUITE_ERROR
-from fixtures.plugin.forkserver import Launcher, Run
-from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env, repo
+from tools.forkserver import Launcher, Run
+from tools.fresh_run import ROOT, VLLM_PRELOAD, pytest_env, repo
 
 STEP_PROPERTY = "tests/differential/test_single_step.py::test_step_metadata_matches_oracle"
 KERNEL_PROPERTY = "tests/differential/test_single_step.py::test_device_kernel_matches_oracle"

@@ -26,7 +26,6 @@ from fixtures.harness.step import new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.forward_cases import ForwardCase, build_inputs
 from fixtures.models.tensors import same_storage
-from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import (
     HOST_PATH,
     NOPE_FORWARD,
@@ -50,6 +49,7 @@ from fixtures.subjects.vllm_rocm_aiter_sparse.backend import BACKEND
 from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
 from fixtures.subjects.vllm_xpu_sparse.findings import PAGEABLE_UPLOAD, PAGEABLE_UPLOAD_SEEN_ON
 from oracles import device_work as contract
+from tools.fresh_run import repo
 
 SIBLINGS = sorted(name for name, target in KNOWN_SUBJECTS.items() if ".vllm_" in target and name != "vllm")
 

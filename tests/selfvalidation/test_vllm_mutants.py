@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin.forkserver import Launcher, Run
-from fixtures.plugin.fresh_run import ROOT, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from tools import vllm_mutants as vm
+from tools.forkserver import Launcher, Run
+from tools.fresh_run import ROOT, pytest_env
 from tools.vllm_mutants import __main__ as cli
 from tools.vllm_mutants import reach_plugin
 from tools.vllm_mutants.discover import source_lines

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from fixtures.plugin.fresh_run import ROOT
+from tools.fresh_run import ROOT
 from tools.killmatrix_plugin import running_file
 from tools.vllm_mutants.run import classify, hang_verdict, ran_from_tree, verification_args
 

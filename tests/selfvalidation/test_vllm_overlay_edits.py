@@ -8,7 +8,7 @@ pinned ones; an edit marked ``pinned``, which only a rare layer reaches on CPU, 
 example first), without shrinking, and without the release beside it
 (``--baseline none``): a property of the suite's own must fail.  An edit caught against the change's base
 (its ``base``) is given the session's ``--vllm-base``.  Each run is a child of the fork server
-(``fixtures/plugin/forkserver.py``), which imported torch, triton and vLLM once
+(``tools/forkserver.py``), which imported torch, triton and vLLM once
 for every edit this process runs.  Needs vLLM installed and ``--vllm-overlay``
 (``tox -e vllm`` passes both); otherwise not applicable.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin.forkserver import Launcher, Run
-from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.subjects.mutants.vllm_edits import EDITS, EditDoesNotApply, apply_edit, write_edited_overlay
+from tools.forkserver import Launcher, Run
+from tools.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from fixtures.harness.step import count_triton_launches, new_config, run_step
 from fixtures.inputs.batches import make_batch
 from fixtures.inputs.forward_cases import FP8_DTYPE, ForwardCase, build_inputs, spelled_as
 from fixtures.models.runtime import EagerRuntime, Event
-from fixtures.plugin.fresh_run import repo
 from fixtures.protocol import HOST_PATH, NOPE_FORWARD, NOPE_ZERO_COPY, ForwardNotApplicable, SuiteError
 from fixtures.subjects.vllm.config import StandIn, StandInMissing, describe_provenance, generated_stand_in
 from fixtures.subjects.vllm.forward.base import has_fp8_concat_quant_op
@@ -40,6 +39,7 @@ from fixtures.subjects.vllm_rocm_aiter_sparse.findings import assert_seen_on
 from fixtures.subjects.vllm_rocm_aiter_sparse.forward import IMPL, PaddingObserver, VllmForward
 from fixtures.subjects.vllm_rocm_aiter_sparse.subject import BUILDER_BUFFERS, VllmSubject
 from oracles.step import expected_seqlens
+from tools.fresh_run import repo
 
 
 @pytest.fixture(scope="module")

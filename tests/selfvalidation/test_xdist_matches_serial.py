@@ -8,7 +8,7 @@ each property must match, and the verification summary must appear in both
 (it is built on the controller from the reports the workers ship).
 """
 
-from fixtures.plugin.fresh_run import repo
+from tools.fresh_run import repo
 
 SUBSET = [
     repo("tests/oracles"),

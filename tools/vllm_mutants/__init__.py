@@ -12,7 +12,7 @@ against ``../shared/vllm-pr-base``; ``tox -e mutants-vllm`` for the function sco
 - :mod:`~tools.vllm_mutants.run`: a control run that records which test executes which line
   (coverage.py's dynamic contexts, :mod:`~tools.vllm_mutants.reach_plugin`), then each mutant
   against only the tests that reach it, ``-x``, through the fork server
-  (:mod:`fixtures.plugin.forkserver`); shards (``--shard-id K --num-shards N``);
+  (:mod:`tools.forkserver`); shards (``--shard-id K --num-shards N``);
 - :mod:`~tools.vllm_mutants.report`: the report per hunk, function and operator, and
   ``--merge`` of shard reports;
 - :mod:`~tools.vllm_mutants.equivalent`: survivors no input can tell apart, with reasons.

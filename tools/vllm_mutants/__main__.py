@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from fixtures.plugin.fresh_run import ROOT
 from fixtures.subjects.vllm.loading.overlay import PACKAGE
+from tools.fresh_run import ROOT
 from tools.vllm_mutants import __doc__ as PACKAGE_DOC
 from tools.vllm_mutants.discover import SCOPES, MutantError
 from tools.vllm_mutants.equivalent import EQUIVALENT, check_equivalent_table

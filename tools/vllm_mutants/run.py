@@ -41,11 +41,11 @@ import tempfile
 from pathlib import Path
 
 from fixtures.outcomes import EXIT_SUITE_ERROR
-from fixtures.plugin.forkserver import Launcher, Outcome, Run
-from fixtures.plugin.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from fixtures.plugin.profiles import NO_SHRINK
 from fixtures.subjects.vllm.loading.compat import ABSENT_MODULE_REASON
 from fixtures.subjects.vllm.loading.overlay import PACKAGE
+from tools.forkserver import Launcher, Outcome, Run
+from tools.fresh_run import ROOT, VLLM_PRELOAD, pytest_env
 from tools.killmatrix import ERRORED, KILLED, NA
 from tools.killmatrix import verdicts as property_verdicts
 from tools.killmatrix_plugin import crashed_test, running_file, signal_name
